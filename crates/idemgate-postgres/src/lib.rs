@@ -1,0 +1,1 @@
+//! idemgate-postgres (under construction).

@@ -1,0 +1,1 @@
+//! idemgate-redis (under construction).
