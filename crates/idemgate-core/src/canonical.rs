@@ -197,7 +197,10 @@ impl Scanner<'_> {
     fn number(&mut self) -> Option<()> {
         let start = self.i;
         while self.i < self.b.len()
-            && matches!(self.b[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+            && matches!(
+                self.b[self.i],
+                b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+            )
         {
             self.i += 1;
         }

@@ -133,7 +133,9 @@ pub fn apply_acquire(
     let lease_expires_at = now.saturating_add(req.lease_ttl.as_millis() as i64);
     let (fence, created_at, expires_at) = match (decision, &current) {
         (Decision::Insert, None) => (1, now, now + req.record_ttl.as_millis() as i64),
-        (Decision::Insert, Some(old)) => (old.fence + 1, now, now + req.record_ttl.as_millis() as i64),
+        (Decision::Insert, Some(old)) => {
+            (old.fence + 1, now, now + req.record_ttl.as_millis() as i64)
+        }
         (Decision::Takeover, Some(old)) => (old.fence + 1, old.created_at, old.expires_at),
         (_, Some(old)) => {
             return (

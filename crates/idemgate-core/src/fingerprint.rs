@@ -121,9 +121,13 @@ impl Fingerprint {
             _ => b"identity",
         };
         field(&mut h, encoding);
-        let media = input
-            .content_type
-            .map(|ct| ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+        let media = input.content_type.map(|ct| {
+            ct.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
         let canonical = match media.as_deref() {
             Some(m) if m == "application/json" || m.ends_with("+json") => {
                 canonical_json(body, &opts.ignore_json_pointers).map(|c| (b'J', c))
@@ -166,7 +170,10 @@ fn field(h: &mut Sha256, bytes: &[u8]) {
 /// `a=1&c=3&b=2` → `a=1&b=2&c=3`: a stable sort by name, so repeated names keep their order
 /// (frameworks read `a=1&a=2` as a list).
 fn sorted_pairs(raw: &[u8]) -> Vec<u8> {
-    let mut pairs: Vec<&[u8]> = raw.split(|&b| b == b'&').filter(|p| !p.is_empty()).collect();
+    let mut pairs: Vec<&[u8]> = raw
+        .split(|&b| b == b'&')
+        .filter(|p| !p.is_empty())
+        .collect();
     pairs.sort_by(|a, b| {
         let name = |p: &[u8]| p.split(|&b| b == b'=').next().unwrap_or(p).to_vec();
         name(a).cmp(&name(b))
@@ -213,15 +220,33 @@ mod tests {
     #[test]
     fn json_order_whitespace_and_escapes_do_not_matter() {
         let a = fp(&input(JSON, br#"{"amount":10,"name":"\u00e9"}"#));
-        assert_eq!(a, fp(&input(JSON, r#" { "name" : "é", "amount" : 10 } "#.as_bytes())));
-        assert_eq!(a, fp(&input(Some("application/problem+json"), r#"{"name":"é","amount":10}"#.as_bytes())));
-        assert_ne!(a, fp(&input(JSON, r#"{"amount":11,"name":"é"}"#.as_bytes())));
+        assert_eq!(
+            a,
+            fp(&input(
+                JSON,
+                r#" { "name" : "é", "amount" : 10 } "#.as_bytes()
+            ))
+        );
+        assert_eq!(
+            a,
+            fp(&input(
+                Some("application/problem+json"),
+                r#"{"name":"é","amount":10}"#.as_bytes()
+            ))
+        );
+        assert_ne!(
+            a,
+            fp(&input(JSON, r#"{"amount":11,"name":"é"}"#.as_bytes()))
+        );
     }
 
     #[test]
     fn lossy_json_is_hashed_raw() {
         let big = |t: &'static [u8]| fp(&input(JSON, t));
-        assert_ne!(big(b"{\"a\":9007199254740993}"), big(b"{\"a\":9007199254740992}"));
+        assert_ne!(
+            big(b"{\"a\":9007199254740993}"),
+            big(b"{\"a\":9007199254740992}")
+        );
         assert_ne!(big(b"{\"a\":1,\"a\":2}"), big(b"{\"a\":2}"));
         assert_ne!(big(b"{\"a\":1,\"a\":2}"), big(b"{\"a\":1}"));
         assert_ne!(big(b"{\"a\":1,\"a\":2}"), big(b"{\"a\":2,\"a\":1}"));
@@ -243,11 +268,40 @@ mod tests {
     fn every_request_part_counts() {
         let base = input(JSON, b"{}");
         let a = fp(&base);
-        assert_ne!(a, fp(&FingerprintInput { method: "PATCH", ..base }));
-        assert_ne!(a, fp(&FingerprintInput { route: "POST /refunds", ..base }));
-        assert_ne!(a, fp(&FingerprintInput { path: "/payments/", ..base }));
-        assert_ne!(a, fp(&FingerprintInput { query: Some(""), ..base }));
-        let q = |q| fp(&FingerprintInput { query: Some(q), ..base });
+        assert_ne!(
+            a,
+            fp(&FingerprintInput {
+                method: "PATCH",
+                ..base
+            })
+        );
+        assert_ne!(
+            a,
+            fp(&FingerprintInput {
+                route: "POST /refunds",
+                ..base
+            })
+        );
+        assert_ne!(
+            a,
+            fp(&FingerprintInput {
+                path: "/payments/",
+                ..base
+            })
+        );
+        assert_ne!(
+            a,
+            fp(&FingerprintInput {
+                query: Some(""),
+                ..base
+            })
+        );
+        let q = |q| {
+            fp(&FingerprintInput {
+                query: Some(q),
+                ..base
+            })
+        };
         assert_eq!(q("b=2&a=1"), q("a=1&b=2"));
         assert_ne!(q("a=1&b=2"), q("a=1&b=3"));
         let headers: &[(&str, &[u8])] = &[("x-tenant", b"7")];

@@ -87,7 +87,9 @@ pub enum KeyError {
         max: usize,
     },
     /// A byte outside printable ASCII (0x20–0x7E).
-    #[error("the idempotency key has a character outside printable ASCII (0x20-0x7E) at byte {index}")]
+    #[error(
+        "the idempotency key has a character outside printable ASCII (0x20-0x7E) at byte {index}"
+    )]
     InvalidChar {
         /// Byte offset in the unquoted key.
         index: usize,
@@ -278,10 +280,22 @@ mod tests {
         err(b"\"abcdefgh \"", KeyError::SurroundingSpace);
         err(b"abcdefgh,ijklmnop", KeyError::Merged);
         err(b"\"abcdefgh\", \"ijklmnop\"", KeyError::Merged);
-        assert!(matches!(parse("\"abcdefgh"), Err(KeyError::BadQuoting { .. })));
-        assert!(matches!(parse("\"abcd\\efgh\""), Err(KeyError::BadQuoting { .. })));
-        assert!(matches!(parse("\"abcdefgh\"x"), Err(KeyError::BadQuoting { .. })));
-        assert!(matches!(parse("abcd\"efgh"), Err(KeyError::BadQuoting { .. })));
+        assert!(matches!(
+            parse("\"abcdefgh"),
+            Err(KeyError::BadQuoting { .. })
+        ));
+        assert!(matches!(
+            parse("\"abcd\\efgh\""),
+            Err(KeyError::BadQuoting { .. })
+        ));
+        assert!(matches!(
+            parse("\"abcdefgh\"x"),
+            Err(KeyError::BadQuoting { .. })
+        ));
+        assert!(matches!(
+            parse("abcd\"efgh"),
+            Err(KeyError::BadQuoting { .. })
+        ));
         assert_eq!(
             parse_header_values([&b"abcdefgh"[..], &b"abcdefgh"[..]]),
             Err(KeyError::Repeated { count: 2 })

@@ -122,8 +122,10 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<()>> + Send;
 
     /// Reads a live record (an expired one reads as `None`).
-    fn get(&self, key: &ScopedKey)
-        -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send;
+    fn get(
+        &self,
+        key: &ScopedKey,
+    ) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send;
 
     /// Deletes at most `batch` records whose `expires_at` has passed, returning how many.
     /// A record re-acquired after expiry is live again and never deleted. Callers loop.
@@ -140,10 +142,18 @@ impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
     fn acquire(&self, req: &AcquireRequest) -> impl Future<Output = Result<AcquireOutcome>> + Send {
         (**self).acquire(req)
     }
-    fn renew(&self, lease: &Lease, ttl: Duration) -> impl Future<Output = Result<UnixMillis>> + Send {
+    fn renew(
+        &self,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<UnixMillis>> + Send {
         (**self).renew(lease, ttl)
     }
-    fn complete(&self, lease: &Lease, r: &StoredResponse) -> impl Future<Output = Result<()>> + Send {
+    fn complete(
+        &self,
+        lease: &Lease,
+        r: &StoredResponse,
+    ) -> impl Future<Output = Result<()>> + Send {
         (**self).complete(lease, r)
     }
     fn fail(&self, lease: &Lease) -> impl Future<Output = Result<()>> + Send {
@@ -152,7 +162,10 @@ impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<()>> + Send {
         (**self).release(lease)
     }
-    fn get(&self, key: &ScopedKey) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send {
+    fn get(
+        &self,
+        key: &ScopedKey,
+    ) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send {
         (**self).get(key)
     }
     fn purge_expired(&self, batch: NonZeroU32) -> impl Future<Output = Result<u64>> + Send {

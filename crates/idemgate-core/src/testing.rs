@@ -73,7 +73,10 @@ pub fn response(len: usize) -> StoredResponse {
     StoredResponse {
         status: 201,
         headers: vec![
-            ("content-type".into(), Bytes::from_static(b"application/json")),
+            (
+                "content-type".into(),
+                Bytes::from_static(b"application/json"),
+            ),
             ("location".into(), Bytes::from_static(b"/payments/1")),
             ("x-raw".into(), Bytes::from_static(b"\xff\x00\x80")),
         ],
@@ -132,7 +135,10 @@ pub async fn complete_then_replay<S: IdempotencyStore>(s: S) {
     assert_eq!(decide(Some(&rec), &fp(1), now, &policy), Decision::Replay);
     assert_eq!(decide(Some(&rec), &fp(2), now, &policy), Decision::Mismatch);
     // a second complete with the same lease is refused: the record is no longer in progress
-    assert!(matches!(s.complete(&lease, &resp).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(
+        s.complete(&lease, &resp).await,
+        Err(StoreError::LeaseLost)
+    ));
 }
 
 /// A not-replayable completion keeps that flag.
@@ -147,37 +153,64 @@ pub async fn not_replayable_is_kept<S: IdempotencyStore>(s: S) {
     s.complete(&lease, &resp).await.unwrap();
     let (rec, now) = existing(s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
     assert_eq!(rec.response.as_ref().map(|r| r.replayable), Some(false));
-    assert_eq!(decide(Some(&rec), &fp(1), now, &DecisionPolicy::default()), Decision::NotReplayable);
+    assert_eq!(
+        decide(Some(&rec), &fp(1), now, &DecisionPolicy::default()),
+        Decision::NotReplayable
+    );
 }
 
 /// After the lease expires, the same fingerprint takes over with a higher fence, and every
 /// write of the stale holder is refused.
 pub async fn takeover_and_stale_fence<S: IdempotencyStore>(s: S) {
     let k = unique_key("alice");
-    let (old, _) = acquired(s.acquire(&request(&k, fp(1), SHORT_LEASE, DAY)).await.unwrap());
+    let (old, _) = acquired(
+        s.acquire(&request(&k, fp(1), SHORT_LEASE, DAY))
+            .await
+            .unwrap(),
+    );
     // still held: no takeover
-    existing(s.acquire(&request(&k, fp(1), SHORT_LEASE, DAY)).await.unwrap());
+    existing(
+        s.acquire(&request(&k, fp(1), SHORT_LEASE, DAY))
+            .await
+            .unwrap(),
+    );
     tokio::time::sleep(SHORT_LEASE + Duration::from_millis(150)).await;
     // a different fingerprint never takes over
     let (rec, now) = existing(s.acquire(&request(&k, fp(2), LONG, DAY)).await.unwrap());
-    assert_eq!(decide(Some(&rec), &fp(2), now, &DecisionPolicy::default()), Decision::Mismatch);
+    assert_eq!(
+        decide(Some(&rec), &fp(2), now, &DecisionPolicy::default()),
+        Decision::Mismatch
+    );
     let (new, takeover) = acquired(s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
     assert!(takeover);
     assert!(new.fence > old.fence, "fence grows on takeover");
-    assert!(matches!(s.renew(&old, LONG).await, Err(StoreError::LeaseLost)));
-    assert!(matches!(s.complete(&old, &response(3)).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(
+        s.renew(&old, LONG).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        s.complete(&old, &response(3)).await,
+        Err(StoreError::LeaseLost)
+    ));
     assert!(matches!(s.fail(&old).await, Err(StoreError::LeaseLost)));
     assert!(matches!(s.release(&old).await, Err(StoreError::LeaseLost)));
     let rec = s.get(&k).await.unwrap().unwrap();
     assert_eq!((rec.state, rec.fence), (RecordState::InProgress, new.fence));
     s.complete(&new, &response(3)).await.unwrap();
-    assert_eq!(s.get(&k).await.unwrap().unwrap().state, RecordState::Completed);
+    assert_eq!(
+        s.get(&k).await.unwrap().unwrap().state,
+        RecordState::Completed
+    );
 }
 
 /// Renewal keeps a slow holder's record from being taken over.
 pub async fn renewal_prevents_takeover<S: IdempotencyStore>(s: S) {
     let k = unique_key("alice");
-    let (lease, _) = acquired(s.acquire(&request(&k, fp(1), SHORT_LEASE, DAY)).await.unwrap());
+    let (lease, _) = acquired(
+        s.acquire(&request(&k, fp(1), SHORT_LEASE, DAY))
+            .await
+            .unwrap(),
+    );
     for _ in 0..4 {
         tokio::time::sleep(SHORT_LEASE / 3).await;
         let until = s.renew(&lease, SHORT_LEASE).await.unwrap();
@@ -195,7 +228,10 @@ pub async fn fail_then_refuse_or_retry<S: IdempotencyStore>(s: S) {
     s.fail(&lease).await.unwrap();
     let (rec, now) = existing(s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
     assert_eq!(rec.state, RecordState::Failed);
-    assert_eq!(decide(Some(&rec), &fp(1), now, &DecisionPolicy::default()), Decision::PreviousFailed);
+    assert_eq!(
+        decide(Some(&rec), &fp(1), now, &DecisionPolicy::default()),
+        Decision::PreviousFailed
+    );
     let mut retry = request(&k, fp(1), LONG, DAY);
     retry.policy.retry_failed = true;
     let (again, takeover) = acquired(s.acquire(&retry).await.unwrap());
@@ -211,8 +247,14 @@ pub async fn release_allows_retry<S: IdempotencyStore>(s: S) {
     let (second, takeover) = acquired(s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
     assert!(!takeover);
     // the first holder cannot touch the new record, even if fences coincide
-    assert!(matches!(s.complete(&lease, &response(1)).await, Err(StoreError::LeaseLost)));
-    assert!(matches!(s.release(&lease).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(
+        s.complete(&lease, &response(1)).await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(matches!(
+        s.release(&lease).await,
+        Err(StoreError::LeaseLost)
+    ));
     s.complete(&second, &response(1)).await.unwrap();
 }
 
@@ -221,10 +263,20 @@ pub async fn scope_isolates_records<S: IdempotencyStore>(s: S) {
     let k = unique_key("alice");
     let (lease, _) = acquired(s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
     s.complete(&lease, &response(1)).await.unwrap();
-    let bob = ScopedKey { principal: "bob".into(), ..k.clone() };
+    let bob = ScopedKey {
+        principal: "bob".into(),
+        ..k.clone()
+    };
     acquired(s.acquire(&request(&bob, fp(1), LONG, DAY)).await.unwrap());
-    let refunds = ScopedKey { route: "POST /refunds".into(), ..k.clone() };
-    acquired(s.acquire(&request(&refunds, fp(1), LONG, DAY)).await.unwrap());
+    let refunds = ScopedKey {
+        route: "POST /refunds".into(),
+        ..k.clone()
+    };
+    acquired(
+        s.acquire(&request(&refunds, fp(1), LONG, DAY))
+            .await
+            .unwrap(),
+    );
 }
 
 /// A record past its TTL reads as absent and is acquired anew.
@@ -237,7 +289,10 @@ pub async fn expired_ttl_counts_as_absent<S: IdempotencyStore>(s: S) {
     assert!(s.get(&k).await.unwrap().is_none());
     let (again, takeover) = acquired(s.acquire(&request(&k, fp(2), LONG, DAY)).await.unwrap());
     assert!(!takeover);
-    assert!(matches!(s.complete(&lease, &response(1)).await, Err(StoreError::LeaseLost)));
+    assert!(matches!(
+        s.complete(&lease, &response(1)).await,
+        Err(StoreError::LeaseLost)
+    ));
     s.complete(&again, &response(2)).await.unwrap();
 }
 
@@ -268,8 +323,17 @@ pub async fn purge_spares_reacquired<S: IdempotencyStore>(s: S) {
     s.complete(&lease, &response(1)).await.unwrap();
     tokio::time::sleep(ttl + Duration::from_millis(150)).await;
     let (again, _) = acquired(s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
-    while s.purge_expired(NonZeroU32::new(100).unwrap()).await.unwrap() > 0 {}
-    let rec = s.get(&k).await.unwrap().expect("re-acquired record survives purge");
+    while s
+        .purge_expired(NonZeroU32::new(100).unwrap())
+        .await
+        .unwrap()
+        > 0
+    {}
+    let rec = s
+        .get(&k)
+        .await
+        .unwrap()
+        .expect("re-acquired record survives purge");
     assert_eq!(rec.fence, again.fence);
     s.complete(&again, &response(1)).await.unwrap();
 }

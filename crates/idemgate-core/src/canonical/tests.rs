@@ -115,7 +115,9 @@ fn json_value() -> impl Strategy<Value = Value> {
 /// Writes `v` with object members in an order picked by `seed` and whitespace between tokens.
 fn write_shuffled(v: &Value, seed: &mut u64, out: &mut String) {
     let mut next = || {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (*seed >> 33) as usize
     };
     let ws = [" ", "", "\n\t", "  "][next() % 4];

@@ -6,7 +6,10 @@ use crate::key::IdempotencyKey;
 use crate::record::{LeaseToken, ScopedKey, StoredResponse};
 
 fn fp(n: u8) -> Fingerprint {
-    Fingerprint { version: CURRENT_VERSION, digest: [n; 32] }
+    Fingerprint {
+        version: CURRENT_VERSION,
+        digest: [n; 32],
+    }
 }
 
 fn key() -> ScopedKey {
@@ -45,8 +48,14 @@ fn decision_table() {
     use Decision::*;
     use RecordState::*;
     let dflt = DecisionPolicy::default();
-    let fail_policy = DecisionPolicy { lease_expired: LeaseExpiredPolicy::Fail, ..dflt };
-    let retry_failed = DecisionPolicy { retry_failed: true, ..dflt };
+    let fail_policy = DecisionPolicy {
+        lease_expired: LeaseExpiredPolicy::Fail,
+        ..dflt
+    };
+    let retry_failed = DecisionPolicy {
+        retry_failed: true,
+        ..dflt
+    };
     let lease_end = T0 + 10_000;
     let ttl_end = T0 + 86_400_000;
     let max_lease_end = T0 + dflt.max_lease.as_millis() as i64;
@@ -92,16 +101,27 @@ fn acquire_inserts_takes_over_or_returns_existing() {
     // (none) → in_progress, fence 1
     let (row, out) = apply_acquire(None, &req(1), T0);
     let row = row.unwrap();
-    assert_eq!((row.state, row.fence, row.lease_expires_at), (RecordState::InProgress, 1, Some(T0 + 10_000)));
+    assert_eq!(
+        (row.state, row.fence, row.lease_expires_at),
+        (RecordState::InProgress, 1, Some(T0 + 10_000))
+    );
     assert_eq!(row.expires_at, T0 + 86_400_000);
-    assert!(matches!(out, AcquireOutcome::Acquired { takeover: false, ref lease } if lease.fence == 1 && lease.token == LeaseToken(42)));
+    assert!(
+        matches!(out, AcquireOutcome::Acquired { takeover: false, ref lease } if lease.fence == 1 && lease.token == LeaseToken(42))
+    );
 
     // expired lease → takeover, fence + 1, created_at and expires_at kept
     let stale = record(RecordState::InProgress, Some(T0 + 10), false);
     let (row, out) = apply_acquire(Some(stale.clone()), &req(1), T0 + 20);
     let row = row.unwrap();
-    assert_eq!((row.fence, row.created_at, row.expires_at), (4, T0, stale.expires_at));
-    assert!(matches!(out, AcquireOutcome::Acquired { takeover: true, .. }));
+    assert_eq!(
+        (row.fence, row.created_at, row.expires_at),
+        (4, T0, stale.expires_at)
+    );
+    assert!(matches!(
+        out,
+        AcquireOutcome::Acquired { takeover: true, .. }
+    ));
 
     // live lease → existing, nothing written
     let (row, out) = apply_acquire(Some(stale.clone()), &req(1), T0 + 5);
@@ -116,7 +136,16 @@ fn acquire_inserts_takes_over_or_returns_existing() {
     let old = record(RecordState::Completed, None, true);
     let (row, out) = apply_acquire(Some(old.clone()), &req(2), old.expires_at);
     let row = row.unwrap();
-    assert_eq!((row.fence, row.created_at, row.fingerprint), (4, old.expires_at, fp(2)));
+    assert_eq!(
+        (row.fence, row.created_at, row.fingerprint),
+        (4, old.expires_at, fp(2))
+    );
     assert!(row.response.is_none());
-    assert!(matches!(out, AcquireOutcome::Acquired { takeover: false, .. }));
+    assert!(matches!(
+        out,
+        AcquireOutcome::Acquired {
+            takeover: false,
+            ..
+        }
+    ));
 }

@@ -1,0 +1,86 @@
+//! Which headers are stored, replayed and stripped.
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Response, StatusCode};
+use idemgate_core::StoredResponse;
+
+use crate::body::{full, BoxBody};
+
+/// `Idempotent-Replayed: true` marks a replay (the Stripe convention).
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never stored or replayed, and `content-length`,
+/// which a replay recomputes.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// True for hop-by-hop headers, including those named in `Connection`.
+pub fn is_hop_by_hop(name: &HeaderName, connection: &[HeaderName]) -> bool {
+    HOP_BY_HOP.contains(name) || connection.contains(name)
+}
+
+/// The header names a `Connection` header lists.
+pub fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect()
+}
+
+/// The response headers kept for replay: all but hop-by-hop ones, `content-length` and the
+/// `deny` list (by default `set-cookie` and `date`), in order.
+pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String, Bytes)> {
+    let connection = connection_tokens(headers);
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            !is_hop_by_hop(name, &connection)
+                && *name != header::CONTENT_LENGTH
+                && *name != IDEMPOTENT_REPLAYED
+                && !deny.contains(name)
+        })
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                Bytes::copy_from_slice(value.as_bytes()),
+            )
+        })
+        .collect()
+}
+
+/// A replay of `stored`: its status, headers and body, a fresh `Date`, a recomputed
+/// `Content-Length` and `Idempotent-Replayed: true`.
+pub fn replay(stored: &StoredResponse) -> Response<BoxBody> {
+    let mut resp = Response::new(full(stored.body.clone()));
+    *resp.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let headers = resp.headers_mut();
+    for (name, value) in &stored.headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    headers.insert(header::DATE, date_now());
+    headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    resp
+}
+
+fn date_now() -> HeaderValue {
+    HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now()))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
+}

@@ -1,0 +1,75 @@
+//! [`IdempotencyLayer`]: applies [`Idempotency`] to a service.
+
+use std::sync::Arc;
+
+use tower::Layer;
+
+use crate::policy::Policy;
+use crate::service::Idempotency;
+
+/// Applies the idempotency contract to the wrapped service: see [`Idempotency`].
+///
+/// # Examples
+/// ```
+/// use std::convert::Infallible;
+/// use std::sync::Arc;
+///
+/// use http::{Request, Response};
+/// use idemgate_core::MemoryStore;
+/// use idemgate_tower::{body::{full, BoxBody}, IdempotencyLayer, Policy};
+/// use tower::{service_fn, ServiceBuilder, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let payments = service_fn(|_req: Request<BoxBody>| async {
+///     Ok::<_, Infallible>(Response::builder().status(201).body(full("charged".into())).unwrap())
+/// });
+/// let svc = ServiceBuilder::new()
+///     .layer(IdempotencyLayer::new(Arc::new(MemoryStore::new()), Policy::default()))
+///     .service(payments);
+/// let req = || Request::post("/payments")
+///     .header("idempotency-key", "8e03978e-40d5")
+///     .header("authorization", "Bearer alice")
+///     .body(full("{}".into())).unwrap();
+/// let first = svc.clone().oneshot(req()).await.unwrap();
+/// assert_eq!(first.status(), 201);
+/// let retry = svc.oneshot(req()).await.unwrap();
+/// assert_eq!(retry.headers()["idempotent-replayed"], "true");
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct IdempotencyLayer<St> {
+    store: Arc<St>,
+    policy: Arc<Policy>,
+}
+
+impl<St> Clone for IdempotencyLayer<St> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            policy: self.policy.clone(),
+        }
+    }
+}
+
+impl<St> IdempotencyLayer<St> {
+    /// A layer that records in `store` under `policy`.
+    pub fn new(store: Arc<St>, policy: Policy) -> Self {
+        Self {
+            store,
+            policy: Arc::new(policy),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+impl<S, St> Layer<S> for IdempotencyLayer<St> {
+    type Service = Idempotency<S, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotency::new(inner, self.store.clone(), self.policy.clone())
+    }
+}

@@ -1,0 +1,364 @@
+//! Per-route policy: which requests are covered and how.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, Method, StatusCode};
+use idemgate_core::engine::{DecisionPolicy, LeaseExpiredPolicy};
+
+/// Where the principal (the caller a record belongs to) comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum PrincipalSource {
+    /// SHA-256 of the `Authorization` header (default).
+    #[default]
+    AuthorizationHash,
+    /// The value of a header set by the authentication layer in front (e.g. `x-user-id`).
+    Header(HeaderName),
+}
+
+/// A status code or a class of them: `503` or `5xx`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusPattern {
+    /// One status code.
+    Exact(u16),
+    /// A class: `Class(5)` is `5xx`.
+    Class(u8),
+}
+
+impl StatusPattern {
+    /// Parses `"503"` or `"5xx"`.
+    ///
+    /// # Errors
+    /// A message naming the bad value.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let bad = || format!("`{s}` is not a status code (100-599) or class (1xx-5xx)");
+        if s.len() == 3 && s[1..].eq_ignore_ascii_case("xx") {
+            let c = s.as_bytes()[0];
+            return match c {
+                b'1'..=b'5' => Ok(Self::Class(c - b'0')),
+                _ => Err(bad()),
+            };
+        }
+        match s.parse::<u16>() {
+            Ok(n @ 100..=599) => Ok(Self::Exact(n)),
+            _ => Err(bad()),
+        }
+    }
+
+    /// True when `status` matches.
+    pub fn matches(self, status: u16) -> bool {
+        match self {
+            Self::Exact(n) => n == status,
+            Self::Class(c) => status / 100 == u16::from(c),
+        }
+    }
+}
+
+/// What an upstream status does to the record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusAction {
+    /// Complete the record; retries get this response.
+    Store,
+    /// Delete the record: nothing was done, the same key may be retried.
+    Release,
+    /// Mark the record failed: it may have run, retries are refused.
+    Fail,
+}
+
+/// The knobs of one route. [`RoutePolicy::default`] gives the DESIGN.md defaults.
+#[derive(Clone, Debug)]
+pub struct RoutePolicy {
+    /// Reject requests without a key with `400`. Defaults to false.
+    pub key_required: bool,
+    /// Record lifetime (`expires_at` = creation + this). Defaults to 24 h.
+    pub record_ttl: Duration,
+    /// How long a dead holder blocks retries; renewed every third of it. Defaults to 10 s.
+    pub lease_ttl: Duration,
+    /// How long a record with no readable lease counts as in progress. Defaults to 60 s.
+    pub max_lease: Duration,
+    /// Status for a key reused with another request: `422` (default) or `400` (Stripe).
+    pub mismatch_status: StatusCode,
+    /// Statuses whose response is stored and replayed. Defaults to `2xx`, `3xx`, `4xx`.
+    pub store_statuses: Vec<StatusPattern>,
+    /// Statuses that mean "nothing was done": the key is released. Defaults to `408`, `425`,
+    /// `429`, `503`. Checked first.
+    pub release_statuses: Vec<StatusPattern>,
+    /// Statuses that fail the record. Defaults to `5xx`. Anything matching no list fails too.
+    pub fail_statuses: Vec<StatusPattern>,
+    /// JSON Pointers (RFC 6901) left out of the fingerprint. Defaults to none.
+    pub ignore_json_pointers: Vec<String>,
+    /// Request headers included in the fingerprint. Defaults to none.
+    pub fingerprint_headers: Vec<HeaderName>,
+    /// Where the principal comes from. Defaults to the `Authorization` hash.
+    pub principal: PrincipalSource,
+    /// Requests without a principal share one anonymous scope instead of getting `401`.
+    /// Defaults to false.
+    pub allow_anonymous: bool,
+    /// Forward unrecorded when the store is unreachable instead of answering `503`. Only for
+    /// routes where a duplicate is harmless. Defaults to false.
+    pub fail_open: bool,
+    /// What an expired lease means. Defaults to takeover.
+    pub lease_expired: LeaseExpiredPolicy,
+    /// Allow a retry of a failed record to run again. Defaults to false.
+    pub retry_failed: bool,
+    /// Largest request body, in bytes; above it `413`. Defaults to 1 MiB.
+    pub max_body_bytes: usize,
+    /// Largest response body stored for replay, in bytes; above it the response is delivered
+    /// whole but not replayable. Defaults to 1 MiB.
+    pub max_stored_response_bytes: usize,
+    /// Response headers never replayed (besides hop-by-hop ones). Defaults to `set-cookie`,
+    /// `date` (a replay gets a fresh `Date`).
+    pub replay_deny_headers: Vec<HeaderName>,
+}
+
+impl Default for RoutePolicy {
+    fn default() -> Self {
+        Self {
+            key_required: false,
+            record_ttl: Duration::from_secs(24 * 3600),
+            lease_ttl: Duration::from_secs(10),
+            max_lease: Duration::from_secs(60),
+            mismatch_status: StatusCode::UNPROCESSABLE_ENTITY,
+            store_statuses: vec![
+                StatusPattern::Class(2),
+                StatusPattern::Class(3),
+                StatusPattern::Class(4),
+            ],
+            release_statuses: [408, 425, 429, 503].map(StatusPattern::Exact).to_vec(),
+            fail_statuses: vec![StatusPattern::Class(5)],
+            ignore_json_pointers: Vec::new(),
+            fingerprint_headers: Vec::new(),
+            principal: PrincipalSource::default(),
+            allow_anonymous: false,
+            fail_open: false,
+            lease_expired: LeaseExpiredPolicy::Takeover,
+            retry_failed: false,
+            max_body_bytes: 1 << 20,
+            max_stored_response_bytes: 1 << 20,
+            replay_deny_headers: vec![http::header::SET_COOKIE, http::header::DATE],
+        }
+    }
+}
+
+impl RoutePolicy {
+    /// What an upstream `status` does to the record: release, then fail, then store lists;
+    /// a status in none of them fails the record. `1xx` and `304` are never stored.
+    pub fn action_for(&self, status: StatusCode) -> StatusAction {
+        let s = status.as_u16();
+        if self.release_statuses.iter().any(|p| p.matches(s)) || s < 200 || s == 304 {
+            StatusAction::Release
+        } else if self.fail_statuses.iter().any(|p| p.matches(s)) {
+            StatusAction::Fail
+        } else if self.store_statuses.iter().any(|p| p.matches(s)) {
+            StatusAction::Store
+        } else {
+            StatusAction::Fail
+        }
+    }
+
+    /// The decision knobs of this route.
+    pub fn decision_policy(&self) -> DecisionPolicy {
+        DecisionPolicy {
+            lease_expired: self.lease_expired,
+            retry_failed: self.retry_failed,
+            max_lease: self.max_lease,
+        }
+    }
+}
+
+/// Errors building a [`Policy`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// A route is not `METHOD /path/{param}`.
+    #[error("route `{route}`: {reason}")]
+    BadRoute {
+        /// The route as written.
+        route: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Which requests are covered, and the [`RoutePolicy`] of each.
+///
+/// Routes are templates such as `POST /accounts/{id}/refunds` (matchit syntax). A covered
+/// request that matches no template uses the default policy, scoped by its concrete path.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// The key header. Defaults to `idempotency-key` (some APIs use `x-idempotency-key`).
+    pub header_name: HeaderName,
+    /// Methods covered. Defaults to `POST`, `PATCH`.
+    pub methods: Vec<Method>,
+    /// Key length bounds in characters. Defaults to 8 and 128.
+    pub key_len: (usize, usize),
+    /// Prefix of problem `type` URIs; the error's anchor is appended after `#`.
+    /// Defaults to [`DEFAULT_PROBLEM_BASE`].
+    pub problem_type_base: String,
+    default_route: Arc<RoutePolicy>,
+    routes: Vec<(String, Arc<RoutePolicy>)>,
+    matchers: HashMap<Method, matchit::Router<usize>>,
+}
+
+/// Default prefix of problem `type` URIs: the error reference in the repository.
+pub const DEFAULT_PROBLEM_BASE: &str =
+    "https://github.com/idemgate/idemgate/blob/main/docs/errors.md";
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            header_name: HeaderName::from_static("idempotency-key"),
+            methods: vec![Method::POST, Method::PATCH],
+            key_len: (
+                idemgate_core::key::DEFAULT_MIN_LEN,
+                idemgate_core::key::DEFAULT_MAX_LEN,
+            ),
+            default_route: Arc::default(),
+            problem_type_base: DEFAULT_PROBLEM_BASE.to_owned(),
+            routes: Vec::new(),
+            matchers: HashMap::new(),
+        }
+    }
+}
+
+/// A resolved route: its scope name and policy.
+#[derive(Debug)]
+pub struct Resolved<'a> {
+    /// The route part of the scope: the template, or `METHOD /concrete/path` if none matched.
+    pub route: std::borrow::Cow<'a, str>,
+    /// The route template for metric labels: the template, or `(unmatched)`.
+    pub label: &'a str,
+    /// The policy to apply.
+    pub policy: &'a Arc<RoutePolicy>,
+}
+
+impl Policy {
+    /// Adds a route such as `POST /accounts/{id}/refunds`. Its method is covered from now on.
+    ///
+    /// # Errors
+    /// [`PolicyError::BadRoute`] for a malformed or duplicate template.
+    pub fn with_route(mut self, route: &str, policy: RoutePolicy) -> Result<Self, PolicyError> {
+        let bad = |reason: String| PolicyError::BadRoute {
+            route: route.to_owned(),
+            reason,
+        };
+        let (method, path) = route
+            .trim()
+            .split_once(' ')
+            .ok_or_else(|| bad("expected `METHOD /path`".into()))?;
+        let method = Method::from_bytes(method.as_bytes())
+            .map_err(|_| bad(format!("`{method}` is not an HTTP method")))?;
+        let path = path.trim();
+        if !path.starts_with('/') {
+            return Err(bad("the path must start with `/`".into()));
+        }
+        let index = self.routes.len();
+        self.matchers
+            .entry(method.clone())
+            .or_default()
+            .insert(path, index)
+            .map_err(|e| bad(e.to_string()))?;
+        if !self.methods.contains(&method) {
+            self.methods.push(method.clone());
+        }
+        self.routes
+            .push((format!("{method} {path}"), Arc::new(policy)));
+        Ok(self)
+    }
+
+    /// Sets the policy of covered requests that match no route.
+    pub fn with_default_route(mut self, policy: RoutePolicy) -> Self {
+        self.default_route = Arc::new(policy);
+        self
+    }
+
+    /// The policy of covered requests that match no route.
+    pub fn default_route(&self) -> &RoutePolicy {
+        &self.default_route
+    }
+
+    /// The routes configured, in order.
+    pub fn routes(&self) -> impl Iterator<Item = (&str, &RoutePolicy)> {
+        self.routes.iter().map(|(r, p)| (r.as_str(), &**p))
+    }
+
+    /// The route and policy for a request, or `None` when its method is not covered.
+    pub fn resolve<'a>(&'a self, method: &Method, path: &str) -> Option<Resolved<'a>> {
+        if !self.methods.contains(method) {
+            return None;
+        }
+        if let Some(m) = self.matchers.get(method).and_then(|r| r.at(path).ok()) {
+            let (route, policy) = &self.routes[*m.value];
+            return Some(Resolved {
+                route: route.as_str().into(),
+                label: route,
+                policy,
+            });
+        }
+        Some(Resolved {
+            route: format!("{method} {path}").into(),
+            label: "(unmatched)",
+            policy: &self.default_route,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_resolve_by_template() {
+        let p = Policy::default()
+            .with_route(
+                "POST /accounts/{id}/refunds",
+                RoutePolicy {
+                    key_required: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let r = p.resolve(&Method::POST, "/accounts/42/refunds").unwrap();
+        assert_eq!(r.route, "POST /accounts/{id}/refunds");
+        assert!(r.policy.key_required);
+        let r = p.resolve(&Method::POST, "/payments").unwrap();
+        assert_eq!(r.route, "POST /payments");
+        assert!(!r.policy.key_required);
+        assert!(p.resolve(&Method::GET, "/payments").is_none());
+        assert!(p.resolve(&Method::PUT, "/accounts/1/refunds").is_none());
+        assert!(Policy::default()
+            .with_route("POST payments", RoutePolicy::default())
+            .is_err());
+        assert!(Policy::default()
+            .with_route("/payments", RoutePolicy::default())
+            .is_err());
+    }
+
+    #[test]
+    fn status_actions() {
+        let p = RoutePolicy::default();
+        for (s, want) in [
+            (200, StatusAction::Store),
+            (201, StatusAction::Store),
+            (302, StatusAction::Store),
+            (304, StatusAction::Release),
+            (400, StatusAction::Store),
+            (404, StatusAction::Store),
+            (408, StatusAction::Release),
+            (425, StatusAction::Release),
+            (429, StatusAction::Release),
+            (500, StatusAction::Fail),
+            (502, StatusAction::Fail),
+            (503, StatusAction::Release),
+            (504, StatusAction::Fail),
+        ] {
+            assert_eq!(p.action_for(StatusCode::from_u16(s).unwrap()), want, "{s}");
+        }
+        assert_eq!(StatusPattern::parse("5xx"), Ok(StatusPattern::Class(5)));
+        assert_eq!(StatusPattern::parse("418"), Ok(StatusPattern::Exact(418)));
+        assert!(StatusPattern::parse("6xx").is_err());
+        assert!(StatusPattern::parse("99").is_err());
+    }
+}

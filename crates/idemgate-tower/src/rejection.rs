@@ -1,0 +1,182 @@
+//! HTTP answers of the contract as RFC 9457 problem details (`application/problem+json`).
+//!
+//! Each problem's `type` is the configured base URI plus `#anchor`, where the anchor names a
+//! section of `docs/errors.md` that explains the error and what the client should do.
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{Response, StatusCode};
+use idemgate_core::KeyError;
+
+use crate::body::BoxBody;
+
+/// Why idemgate answered a request itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdempotencyRejection {
+    /// `400`: the route requires a key and none was sent.
+    MissingKey {
+        /// The header name expected.
+        header: String,
+    },
+    /// `400`: the key header breaks a syntax rule.
+    InvalidKey(KeyError),
+    /// `401`: a covered request carries no principal.
+    MissingPrincipal,
+    /// `413`: the request body exceeds the limit.
+    BodyTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// `400`: the request body could not be read.
+    BodyUnreadable,
+    /// `409` with `Retry-After`: the first request with this key is still running.
+    RequestInFlight {
+        /// Seconds to wait (at least 1).
+        retry_after_secs: u64,
+    },
+    /// `422` (or `400`, per route): the key was used with a different request.
+    FingerprintMismatch {
+        /// The configured status.
+        status: StatusCode,
+    },
+    /// `500`: the first attempt with this key failed; use a new key.
+    PreviousAttemptFailed,
+    /// `410`: the operation ran but its response was not kept (it streamed or was too large).
+    ResponseNotKept {
+        /// The status the first client got.
+        original_status: u16,
+    },
+    /// `503`: the store cannot be reached; nothing was forwarded.
+    StoreUnavailable,
+    /// `502`: the upstream's response broke off after its headers; the operation may have
+    /// run, so the record is failed.
+    UpstreamResponseFailed,
+    /// `500`: an internal failure in idemgate; nothing is known to have run.
+    Internal,
+}
+
+impl IdempotencyRejection {
+    /// The HTTP status of this answer.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::MissingKey { .. } | Self::InvalidKey(_) | Self::BodyUnreadable => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::MissingPrincipal => StatusCode::UNAUTHORIZED,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestInFlight { .. } => StatusCode::CONFLICT,
+            Self::FingerprintMismatch { status } => *status,
+            Self::PreviousAttemptFailed | Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::ResponseNotKept { .. } => StatusCode::GONE,
+            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UpstreamResponseFailed => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// The anchor of this error's section in `docs/errors.md`.
+    pub fn anchor(&self) -> &'static str {
+        match self {
+            Self::MissingKey { .. } => "missing-key",
+            Self::InvalidKey(_) => "invalid-key",
+            Self::MissingPrincipal => "missing-principal",
+            Self::BodyTooLarge { .. } => "body-too-large",
+            Self::BodyUnreadable => "body-unreadable",
+            Self::RequestInFlight { .. } => "request-in-flight",
+            Self::FingerprintMismatch { .. } => "fingerprint-mismatch",
+            Self::PreviousAttemptFailed => "previous-attempt-failed",
+            Self::ResponseNotKept { .. } => "response-not-kept",
+            Self::StoreUnavailable => "store-unavailable",
+            Self::UpstreamResponseFailed => "upstream-response-failed",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// The problem's `title`: the same for every occurrence of the type.
+    pub fn title(&self) -> &'static str {
+        match self {
+            Self::MissingKey { .. } => "Idempotency key required",
+            Self::InvalidKey(_) => "Invalid idempotency key",
+            Self::MissingPrincipal => "Authentication required",
+            Self::BodyTooLarge { .. } => "Request body too large",
+            Self::BodyUnreadable => "Request body unreadable",
+            Self::RequestInFlight { .. } => "Request in progress",
+            Self::FingerprintMismatch { .. } => "Idempotency key reused with a different request",
+            Self::PreviousAttemptFailed => "Previous attempt failed",
+            Self::ResponseNotKept { .. } => "Response not kept",
+            Self::StoreUnavailable => "Idempotency store unavailable",
+            Self::UpstreamResponseFailed => "Upstream response failed",
+            Self::Internal => "Internal error",
+        }
+    }
+
+    /// The problem's `detail`: this occurrence, and what the client should do.
+    pub fn detail(&self) -> String {
+        match self {
+            Self::MissingKey { header } => {
+                format!("This operation requires an `{header}` header with a unique value (a UUID v4 is a good choice).")
+            }
+            Self::InvalidKey(e) => format!("{e}."),
+            Self::MissingPrincipal => {
+                "Idempotency keys are scoped to the caller; send credentials.".into()
+            }
+            Self::BodyTooLarge { limit } => format!("The request body exceeds {limit} bytes."),
+            Self::BodyUnreadable => "The request body could not be read completely.".into(),
+            Self::RequestInFlight { .. } => "A request with this idempotency key is still being processed. Retry after the time in Retry-After.".into(),
+            Self::FingerprintMismatch { .. } => "This idempotency key was already used with a different request (method, path, query or body). Use a new key for a new request.".into(),
+            Self::PreviousAttemptFailed => "The first request with this idempotency key failed after it may have reached the server. It is not run again; use a new key.".into(),
+            Self::ResponseNotKept { original_status } => format!("The operation with this idempotency key ran (status {original_status}), but its response streamed or was too large to keep. Do not retry with a new key: fetch the result instead."),
+            Self::StoreUnavailable => "The idempotency store is unreachable, so the request was not forwarded. Retry with the same key.".into(),
+            Self::UpstreamResponseFailed => "The upstream's response broke off after it began, so the operation may have run. The key is marked failed; check the operation's result before using a new key.".into(),
+            Self::Internal => "An internal error occurred. Retry with the same key.".into(),
+        }
+    }
+
+    /// Builds the `application/problem+json` response with base URI `type_base`.
+    pub fn into_response(self, type_base: &str) -> Response<BoxBody> {
+        let mut resp = problem(
+            self.status(),
+            type_base,
+            self.anchor(),
+            self.title(),
+            &self.detail(),
+        );
+        match &self {
+            Self::RequestInFlight { retry_after_secs } => {
+                resp.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+            }
+            Self::StoreUnavailable => {
+                resp.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+/// An RFC 9457 problem response: `{"type","title","status","detail"}` with
+/// `Content-Type: application/problem+json`; `type` is `type_base#anchor`.
+pub fn problem(
+    status: StatusCode,
+    type_base: &str,
+    anchor: &str,
+    title: &str,
+    detail: &str,
+) -> Response<BoxBody> {
+    let body = serde_json::json!({
+        "type": format!("{type_base}#{anchor}"),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    let mut resp = Response::new(crate::body::full(bytes));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    resp
+}
