@@ -1,0 +1,159 @@
+//! The `idemgate` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, Validated};
+
+/// idemgate: makes retried POST/PATCH requests safe with Idempotency-Key.
+#[derive(Debug, Parser)]
+#[command(name = "idemgate", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway in front of an HTTP API.
+    Serve(ServeArgs),
+    /// Work with configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Delete expired records now, in batches.
+    Purge(PurgeArgs),
+    /// Create or upgrade the store's schema (SQLite migrates on open too).
+    Migrate(StoreArgs),
+    /// Replay the incidents idemgate exists for, without and with the gateway.
+    Demo,
+    /// Run the example payments API alone (for trying the gateway by hand).
+    DemoApi {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:3000")]
+        listen: SocketAddr,
+    },
+}
+
+/// `idemgate config ...`
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Check a configuration file and report every error.
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+}
+
+/// Flags of `serve` (they override the config file).
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (see docs/gateway.example.toml).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Gateway listen address [default: 127.0.0.1:8080].
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Admin listen address for /healthz, /readyz, /metrics [default: 127.0.0.1:9090].
+    #[arg(long)]
+    pub admin_listen: Option<String>,
+    /// Base URL of the API, e.g. http://127.0.0.1:3000.
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// Store URL: sqlite://PATH [default: sqlite://./idemgate.db] or memory://.
+    #[arg(long)]
+    pub store: Option<String>,
+}
+
+/// Selecting a store.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// TOML configuration file whose `store` to use.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Store URL (overrides the file).
+    #[arg(long)]
+    pub store: Option<String>,
+}
+
+/// Flags of `purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Which store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Records deleted per batch.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: u32,
+}
+
+impl ServeArgs {
+    /// The file (if any) with the flags applied, validated.
+    ///
+    /// # Errors
+    /// Every problem found, one per line, each naming its field.
+    pub fn resolve(&self) -> anyhow::Result<Validated> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        let set = |field: &mut String, flag: &Option<String>| {
+            if let Some(v) = flag {
+                field.clone_from(v);
+            }
+        };
+        set(&mut config.listen, &self.listen);
+        set(&mut config.admin_listen, &self.admin_listen);
+        set(&mut config.upstream, &self.upstream);
+        set(&mut config.store, &self.store);
+        validated(config)
+    }
+}
+
+impl StoreArgs {
+    /// The store URL from the flag, the file or the default.
+    ///
+    /// # Errors
+    /// When the file cannot be read or the URL is not supported.
+    pub fn resolve(&self) -> anyhow::Result<crate::store::StoreUrl> {
+        let mut url = match &self.config {
+            Some(path) => Config::from_file(path)?.store,
+            None => Config::default().store,
+        };
+        if let Some(s) = &self.store {
+            url.clone_from(s);
+        }
+        crate::store::StoreUrl::parse(&url).map_err(|e| anyhow::anyhow!("store: {e}"))
+    }
+}
+
+/// Validates, turning the error list into one message.
+///
+/// # Errors
+/// Every problem found, one per line.
+pub fn validated(config: Config) -> anyhow::Result<Validated> {
+    config
+        .validate()
+        .map_err(|errs| anyhow::anyhow!("invalid configuration:\n  {}", errs.join("\n  ")))
+}
+
+/// `idemgate config check FILE`: every error, or "ok".
+///
+/// # Errors
+/// The problems found.
+pub fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
+    let config = Config::from_file(file)?;
+    let mut config = config;
+    if config.upstream.is_empty() {
+        // The flag may supply it at start-up; check the rest.
+        config.upstream = "http://upstream.invalid".into();
+        println!("note: `upstream` is not set in the file; `--upstream` must give it");
+    }
+    validated(config).with_context(|| format!("{}", file.display()))?;
+    println!("{}: ok", file.display());
+    Ok(())
+}

@@ -1,0 +1,394 @@
+//! The gateway's configuration: a TOML file, overridden by CLI flags.
+//!
+//! Unknown keys are rejected with their name; durations are humantime strings (`"24h"`,
+//! `"10s"`, `"250ms"`); integer keys carry their unit in the name (`max_body_bytes`).
+//! [`Config::validate`] reports every error at once, each naming its field.
+//! `docs/gateway.example.toml` lists every key with its default.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use http::{HeaderName, Method, StatusCode};
+use idemgate_core::LeaseExpiredPolicy;
+use idemgate_tower::{Policy, PrincipalSource, RoutePolicy, StatusPattern};
+use serde::Deserialize;
+
+use crate::store::StoreUrl;
+
+/// The whole file. Every field has the DESIGN.md default.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the gateway listener. Default `127.0.0.1:8080`.
+    pub listen: String,
+    /// Address of the admin listener (`/healthz`, `/readyz`, `/metrics`); empty disables it.
+    /// Default `127.0.0.1:9090`.
+    pub admin_listen: String,
+    /// Base URL of the API behind the gateway (`http://host:port[/prefix]`). Required.
+    pub upstream: String,
+    /// Store URL: `sqlite://PATH` (default `sqlite://./idemgate.db`) or `memory://`.
+    pub store: String,
+    /// Time allowed for the upstream's response headers. Default `60s`.
+    pub upstream_timeout: String,
+    /// The key header's name. Default `Idempotency-Key`.
+    pub header_name: String,
+    /// Methods covered. Default `["POST", "PATCH"]`.
+    pub methods: Vec<String>,
+    /// Shortest key accepted, in characters. Default 8.
+    pub key_min_length: usize,
+    /// Longest key accepted, in characters. Default 128.
+    pub key_max_length: usize,
+    /// Prefix of problem `type` URIs. Default: `docs/errors.md` in the repository.
+    pub problem_type_base: String,
+    /// How often the gateway purges expired records; `"0s"` disables. Default `60s`.
+    pub purge_interval: String,
+    /// Records deleted per purge batch. Default 1000.
+    pub purge_batch: u32,
+    /// Route policy for every covered request, unless a route overrides it.
+    pub defaults: RouteConfig,
+    /// Per-route policies; fields left out inherit `[defaults]`.
+    pub routes: Vec<RouteConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            admin_listen: "127.0.0.1:9090".into(),
+            upstream: String::new(),
+            store: "sqlite://./idemgate.db".into(),
+            upstream_timeout: "60s".into(),
+            header_name: "Idempotency-Key".into(),
+            methods: vec!["POST".into(), "PATCH".into()],
+            key_min_length: idemgate_core::key::DEFAULT_MIN_LEN,
+            key_max_length: idemgate_core::key::DEFAULT_MAX_LEN,
+            problem_type_base: idemgate_tower::policy::DEFAULT_PROBLEM_BASE.into(),
+            purge_interval: "60s".into(),
+            purge_batch: 1000,
+            defaults: RouteConfig::builtin(),
+            routes: Vec::new(),
+        }
+    }
+}
+
+/// One route's policy. In `[defaults]` every field applies to all routes; in `[[routes]]`
+/// `route` is required and the other fields override the defaults.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Route template, e.g. `POST /accounts/{id}/refunds` (only in `[[routes]]`).
+    pub route: Option<String>,
+    /// Reject requests without a key (`400`). Default false.
+    pub key_required: Option<bool>,
+    /// Record lifetime. Default `24h`.
+    pub record_ttl: Option<String>,
+    /// Lease of the first request, renewed every third of it. Default `10s`.
+    pub lease_ttl: Option<String>,
+    /// How long a record with an unreadable lease counts as in progress. Default `60s`.
+    pub max_lease: Option<String>,
+    /// `422` (default) or `400`.
+    pub mismatch_status: Option<u16>,
+    /// Upstream statuses stored and replayed. Default `["2xx", "3xx", "4xx"]`.
+    pub store_statuses: Option<Vec<String>>,
+    /// Upstream statuses that release the key. Default `["408", "425", "429", "503"]`.
+    pub release_statuses: Option<Vec<String>>,
+    /// Upstream statuses that fail the key. Default `["5xx"]`.
+    pub fail_statuses: Option<Vec<String>>,
+    /// JSON Pointers left out of the fingerprint. Default none.
+    pub ignore_json_pointers: Option<Vec<String>>,
+    /// Request headers included in the fingerprint. Default none.
+    pub fingerprint_headers: Option<Vec<String>>,
+    /// `"authorization"` (SHA-256 of the header, default) or `"header:NAME"`.
+    pub principal: Option<String>,
+    /// Share one anonymous scope instead of `401`. Default false.
+    pub allow_anonymous: Option<bool>,
+    /// Forward unrecorded when the store is down. Default false.
+    pub fail_open: Option<bool>,
+    /// `"takeover"` (default) or `"fail"`.
+    pub lease_expired: Option<String>,
+    /// Let a retry of a failed key run again. Default false.
+    pub retry_failed: Option<bool>,
+    /// Largest request body, in bytes. Default 1048576.
+    pub max_body_bytes: Option<usize>,
+    /// Largest response body kept for replay, in bytes. Default 1048576.
+    pub max_stored_response_bytes: Option<usize>,
+    /// Response headers never replayed. Default `["set-cookie", "date"]`.
+    pub replay_deny_headers: Option<Vec<String>>,
+}
+
+impl RouteConfig {
+    /// The built-in defaults, every field set.
+    pub fn builtin() -> Self {
+        let s = |v: &[&str]| Some(v.iter().map(|x| x.to_string()).collect());
+        Self {
+            route: None,
+            key_required: Some(false),
+            record_ttl: Some("24h".into()),
+            lease_ttl: Some("10s".into()),
+            max_lease: Some("60s".into()),
+            mismatch_status: Some(422),
+            store_statuses: s(&["2xx", "3xx", "4xx"]),
+            release_statuses: s(&["408", "425", "429", "503"]),
+            fail_statuses: s(&["5xx"]),
+            ignore_json_pointers: Some(vec![]),
+            fingerprint_headers: Some(vec![]),
+            principal: Some("authorization".into()),
+            allow_anonymous: Some(false),
+            fail_open: Some(false),
+            lease_expired: Some("takeover".into()),
+            retry_failed: Some(false),
+            max_body_bytes: Some(1 << 20),
+            max_stored_response_bytes: Some(1 << 20),
+            replay_deny_headers: s(&["set-cookie", "date"]),
+        }
+    }
+
+    /// `self` with every unset field taken from `base`.
+    fn or(&self, base: &RouteConfig) -> RouteConfig {
+        macro_rules! pick { ($($f:ident),*) => { RouteConfig { $($f: self.$f.clone().or_else(|| base.$f.clone()),)* } } }
+        pick!(
+            route, key_required, record_ttl, lease_ttl, max_lease, mismatch_status,
+            store_statuses, release_statuses, fail_statuses, ignore_json_pointers,
+            fingerprint_headers, principal, allow_anonymous, fail_open, lease_expired,
+            retry_failed, max_body_bytes, max_stored_response_bytes, replay_deny_headers
+        )
+    }
+}
+
+/// A configuration that passed [`Config::validate`].
+#[derive(Debug, Clone)]
+pub struct Validated {
+    /// Gateway listener.
+    pub listen: SocketAddr,
+    /// Admin listener, if enabled.
+    pub admin_listen: Option<SocketAddr>,
+    /// Upstream base URL.
+    pub upstream: http::Uri,
+    /// Store.
+    pub store: StoreUrl,
+    /// Upstream response-header timeout.
+    pub upstream_timeout: Duration,
+    /// In-process purge period; `None` disables.
+    pub purge_interval: Option<Duration>,
+    /// Purge batch size.
+    pub purge_batch: std::num::NonZeroU32,
+    /// The layer's policy.
+    pub policy: Policy,
+}
+
+impl Config {
+    /// Reads and parses a TOML file (syntax, types and unknown keys; see [`Config::validate`]
+    /// for values).
+    ///
+    /// # Errors
+    /// A message naming the file and the offending key.
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Checks every value, returning all errors (each `field: problem`), not just the first.
+    ///
+    /// # Errors
+    /// The list of problems found.
+    pub fn validate(&self) -> Result<Validated, Vec<String>> {
+        let mut errs = Vec::new();
+        let listen = parse_addr("listen", &self.listen, &mut errs);
+        let admin_listen = if self.admin_listen.trim().is_empty() {
+            None
+        } else {
+            parse_addr("admin_listen", &self.admin_listen, &mut errs)
+        };
+        let upstream = parse_upstream(&self.upstream, &mut errs);
+        let store = StoreUrl::parse(&self.store)
+            .map_err(|e| errs.push(format!("store: {e}")))
+            .ok();
+        let upstream_timeout = duration("upstream_timeout", &self.upstream_timeout, &mut errs);
+        let purge_interval = duration("purge_interval", &self.purge_interval, &mut errs);
+        let purge_batch = std::num::NonZeroU32::new(self.purge_batch);
+        if purge_batch.is_none() {
+            errs.push("purge_batch: must be at least 1".into());
+        }
+        let header_name = HeaderName::from_bytes(self.header_name.as_bytes())
+            .map_err(|_| errs.push(format!("header_name: `{}` is not a header name", self.header_name)))
+            .ok();
+        let mut methods = Vec::new();
+        for m in &self.methods {
+            match Method::from_bytes(m.as_bytes()) {
+                Ok(m) => methods.push(m),
+                Err(_) => errs.push(format!("methods: `{m}` is not an HTTP method")),
+            }
+        }
+        if self.key_min_length == 0 || self.key_min_length > self.key_max_length {
+            errs.push(format!(
+                "key_min_length/key_max_length: need 1 <= min <= max, got {} and {}",
+                self.key_min_length, self.key_max_length
+            ));
+        }
+        let defaults = self.defaults.or(&RouteConfig::builtin());
+        if defaults.route.is_some() {
+            errs.push("defaults.route: routes belong in [[routes]]".into());
+        }
+        let default_route = route_policy("defaults", &defaults, &mut errs);
+        let mut policy = Policy::default().with_default_route(default_route.unwrap_or_default());
+        policy.header_name = header_name.unwrap_or(HeaderName::from_static("idempotency-key"));
+        policy.methods = methods;
+        policy.key_len = (self.key_min_length, self.key_max_length);
+        policy.problem_type_base.clone_from(&self.problem_type_base);
+        for (i, r) in self.routes.iter().enumerate() {
+            let field = format!("routes[{i}]");
+            let merged = r.or(&defaults);
+            let Some(template) = &r.route else {
+                errs.push(format!("{field}.route: missing (e.g. \"POST /payments\")"));
+                continue;
+            };
+            if let Some(rp) = route_policy(&field, &merged, &mut errs) {
+                match policy.clone().with_route(template, rp) {
+                    Ok(p) => policy = p,
+                    Err(e) => errs.push(format!("{field}.route: {e}")),
+                }
+            }
+        }
+        match (listen, upstream, store, upstream_timeout, purge_interval, purge_batch) {
+            (Some(listen), Some(upstream), Some(store), Some(upstream_timeout), Some(purge), Some(purge_batch))
+                if errs.is_empty() =>
+            {
+                Ok(Validated {
+                    listen,
+                    admin_listen,
+                    upstream,
+                    store,
+                    upstream_timeout,
+                    purge_interval: (!purge.is_zero()).then_some(purge),
+                    purge_batch,
+                    policy,
+                })
+            }
+            _ => Err(errs),
+        }
+    }
+}
+
+fn parse_addr(field: &str, value: &str, errs: &mut Vec<String>) -> Option<SocketAddr> {
+    value
+        .parse()
+        .map_err(|_| errs.push(format!("{field}: `{value}` is not an address like 127.0.0.1:8080")))
+        .ok()
+}
+
+fn parse_upstream(value: &str, errs: &mut Vec<String>) -> Option<http::Uri> {
+    if value.is_empty() {
+        errs.push("upstream: missing; set the API's base URL, e.g. http://127.0.0.1:3000".into());
+        return None;
+    }
+    match value.parse::<http::Uri>() {
+        Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() => Some(u),
+        Ok(u) if u.scheme_str() == Some("https") => {
+            errs.push(format!("upstream: `{value}`: https upstreams are not supported yet; terminate TLS in front of the API or use http"));
+            None
+        }
+        _ => {
+            errs.push(format!("upstream: `{value}` is not an http://host:port URL"));
+            None
+        }
+    }
+}
+
+fn duration(field: &str, value: &str, errs: &mut Vec<String>) -> Option<Duration> {
+    humantime::parse_duration(value)
+        .map_err(|e| errs.push(format!("{field}: `{value}` is not a duration like \"10s\" or \"24h\" ({e})")))
+        .ok()
+}
+
+/// Builds a [`RoutePolicy`] from a fully merged [`RouteConfig`].
+fn route_policy(field: &str, c: &RouteConfig, errs: &mut Vec<String>) -> Option<RoutePolicy> {
+    let before = errs.len();
+    let d = RoutePolicy::default();
+    let dur = |name: &str, v: &Option<String>, errs: &mut Vec<String>| {
+        v.as_deref().and_then(|v| duration(&format!("{field}.{name}"), v, errs))
+    };
+    let statuses = |name: &str, v: &Option<Vec<String>>, errs: &mut Vec<String>| {
+        let mut out = Vec::new();
+        for s in v.iter().flatten() {
+            match StatusPattern::parse(s) {
+                Ok(p) => out.push(p),
+                Err(e) => errs.push(format!("{field}.{name}: {e}")),
+            }
+        }
+        out
+    };
+    let headers = |name: &str, v: &Option<Vec<String>>, errs: &mut Vec<String>| {
+        let mut out = Vec::new();
+        for h in v.iter().flatten() {
+            match HeaderName::from_bytes(h.as_bytes()) {
+                Ok(n) => out.push(n),
+                Err(_) => errs.push(format!("{field}.{name}: `{h}` is not a header name")),
+            }
+        }
+        out
+    };
+    let record_ttl = dur("record_ttl", &c.record_ttl, errs).unwrap_or(d.record_ttl);
+    let lease_ttl = dur("lease_ttl", &c.lease_ttl, errs).unwrap_or(d.lease_ttl);
+    if lease_ttl < Duration::from_millis(30) {
+        errs.push(format!("{field}.lease_ttl: must be at least 30ms"));
+    }
+    let max_lease = dur("max_lease", &c.max_lease, errs).unwrap_or(d.max_lease);
+    let mismatch_status = match c.mismatch_status {
+        Some(422) | None => StatusCode::UNPROCESSABLE_ENTITY,
+        Some(400) => StatusCode::BAD_REQUEST,
+        Some(other) => {
+            errs.push(format!("{field}.mismatch_status: {other} is not 422 or 400"));
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+    };
+    let principal = match c.principal.as_deref() {
+        None | Some("authorization") => PrincipalSource::AuthorizationHash,
+        Some(p) => match p.strip_prefix("header:").map(|h| HeaderName::from_bytes(h.trim().as_bytes())) {
+            Some(Ok(name)) => PrincipalSource::Header(name),
+            _ => {
+                errs.push(format!("{field}.principal: `{p}` is not \"authorization\" or \"header:NAME\""));
+                PrincipalSource::AuthorizationHash
+            }
+        },
+    };
+    let lease_expired = match c.lease_expired.as_deref() {
+        None | Some("takeover") => LeaseExpiredPolicy::Takeover,
+        Some("fail") => LeaseExpiredPolicy::Fail,
+        Some(other) => {
+            errs.push(format!("{field}.lease_expired: `{other}` is not \"takeover\" or \"fail\""));
+            LeaseExpiredPolicy::Takeover
+        }
+    };
+    let pointers = c.ignore_json_pointers.clone().unwrap_or_default();
+    for p in &pointers {
+        if !p.starts_with('/') {
+            errs.push(format!("{field}.ignore_json_pointers: `{p}` is not a JSON Pointer (RFC 6901), e.g. \"/client_ts\""));
+        }
+    }
+    let policy = RoutePolicy {
+        key_required: c.key_required.unwrap_or(d.key_required),
+        record_ttl,
+        lease_ttl,
+        max_lease,
+        mismatch_status,
+        store_statuses: statuses("store_statuses", &c.store_statuses, errs),
+        release_statuses: statuses("release_statuses", &c.release_statuses, errs),
+        fail_statuses: statuses("fail_statuses", &c.fail_statuses, errs),
+        ignore_json_pointers: pointers,
+        fingerprint_headers: headers("fingerprint_headers", &c.fingerprint_headers, errs),
+        principal,
+        allow_anonymous: c.allow_anonymous.unwrap_or(d.allow_anonymous),
+        fail_open: c.fail_open.unwrap_or(d.fail_open),
+        lease_expired,
+        retry_failed: c.retry_failed.unwrap_or(d.retry_failed),
+        max_body_bytes: c.max_body_bytes.unwrap_or(d.max_body_bytes),
+        max_stored_response_bytes: c.max_stored_response_bytes.unwrap_or(d.max_stored_response_bytes),
+        replay_deny_headers: headers("replay_deny_headers", &c.replay_deny_headers, errs),
+    };
+    (errs.len() == before).then_some(policy)
+}
+
+#[cfg(test)]
+mod tests;

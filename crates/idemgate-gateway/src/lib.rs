@@ -1,0 +1,100 @@
+//! `idemgate serve`: a reverse proxy that makes retried `POST`/`PATCH` requests safe for
+//! any HTTP API, with no change to that API. It is the [`idemgate_tower::IdempotencyLayer`]
+//! wrapped around a proxy to the upstream, with its records in an embedded SQLite file by
+//! default.
+//!
+//! # Layout
+//! - [`cli`]: the command line; [`config`]: the TOML file and its validation.
+//! - [`server`]: the listeners and the purge task; [`proxy`]: the upstream client.
+//! - [`store`]: the backend chosen at run time.
+//! - [`payments`] and [`demo`]: the example payments API and the incident replay.
+
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod payments;
+pub mod proxy;
+pub mod server;
+pub mod store;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command, ConfigCommand};
+
+/// Runs the command line. Returns the process exit code.
+pub async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // The demo prints its own report; the gateway logs start-up and problems.
+    let default_level = match cli.command {
+        Command::Demo => "error",
+        _ => "info",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_level.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match dispatch(cli.command).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve(args) => {
+            let config = args.resolve()?;
+            server::prometheus();
+            let listener = tokio::net::TcpListener::bind(config.listen).await?;
+            let admin = match config.admin_listen {
+                Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+                None => None,
+            };
+            server::run(config, listener, admin, shutdown_signal()).await
+        }
+        Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),
+        Command::Purge(args) => {
+            let url = args.store.resolve()?;
+            let batch = std::num::NonZeroU32::new(args.batch)
+                .ok_or_else(|| anyhow::anyhow!("--batch: must be at least 1"))?;
+            let store = store::AnyStore::open(&url).await?;
+            let n = server::purge_all(&store, batch).await?;
+            println!("purged {n} expired records");
+            Ok(())
+        }
+        Command::Migrate(args) => {
+            let url = args.resolve()?;
+            store::AnyStore::open(&url).await?;
+            println!("store schema is up to date");
+            Ok(())
+        }
+        Command::Demo => demo::run().await,
+        Command::DemoApi { listen } => {
+            let listener = tokio::net::TcpListener::bind(listen).await?;
+            println!("example payments API on http://{}", listener.local_addr()?);
+            payments::serve(listener, shutdown_signal()).await
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,123 @@
+//! The reverse proxy the idempotency layer wraps: forwards to the upstream over a pooled
+//! hyper client, strips hop-by-hop headers, adds `X-Forwarded-*`, and classifies failures
+//! (a connection that failed before sending is [`NotSent`], so the key is released).
+
+use std::net::SocketAddr;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use futures_util::future::BoxFuture;
+use http::header::{HeaderName, HeaderValue, HOST};
+use http::{HeaderMap, Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use idemgate_core::BoxError;
+use idemgate_tower::body::BoxBody;
+use idemgate_tower::headers::{connection_tokens, is_hop_by_hop};
+use idemgate_tower::NotSent;
+
+/// The upstream did not send response headers within the configured timeout. The request
+/// was sent, so the operation may have run.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream did not answer within {0:?}")]
+pub struct UpstreamTimeout(pub Duration);
+
+/// A `tower::Service` that forwards requests to one upstream base URL.
+#[derive(Clone, Debug)]
+pub struct Proxy {
+    client: Client<HttpConnector, BoxBody>,
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+    base_path: String,
+    timeout: Duration,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`http://host:port[/prefix]`); `timeout` bounds the wait for
+    /// response headers.
+    pub fn new(upstream: &Uri, timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        Self {
+            client,
+            scheme: upstream.scheme().cloned().unwrap_or(http::uri::Scheme::HTTP),
+            authority: upstream.authority().cloned().expect("validated upstream has a host"),
+            base_path: upstream.path().trim_end_matches('/').to_owned(),
+            timeout,
+        }
+    }
+
+    fn upstream_uri(&self, uri: &Uri) -> Result<Uri, http::Error> {
+        let pq = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        Ok(Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(format!("{}{pq}", self.base_path))
+            .build()?)
+    }
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let connection = connection_tokens(headers);
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_hop_by_hop(n, &connection))
+        .cloned()
+        .collect();
+    for name in doomed {
+        headers.remove(name);
+    }
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+impl tower::Service<Request<BoxBody>> for Proxy {
+    type Response = Response<Incoming>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response<Incoming>, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Request<BoxBody>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            *req.uri_mut() = this.upstream_uri(req.uri()).map_err(|e| NotSent(e.into()))?;
+            let headers = req.headers_mut();
+            strip_hop_by_hop(headers);
+            if let Some(host) = headers.remove(HOST) {
+                headers.insert(X_FORWARDED_HOST, host);
+            }
+            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            if let Some(ConnectInfo(addr)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
+                let ip = addr.ip().to_string();
+                let value = match req.headers().get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+                    Some(prior) => format!("{prior}, {ip}"),
+                    None => ip,
+                };
+                if let Ok(v) = HeaderValue::from_str(&value) {
+                    req.headers_mut().insert(X_FORWARDED_FOR, v);
+                }
+            }
+            let mut resp = match tokio::time::timeout(this.timeout, this.client.request(req)).await {
+                Err(_) => return Err(UpstreamTimeout(this.timeout).into()),
+                Ok(Err(e)) if e.is_connect() => return Err(NotSent(e.into()).into()),
+                Ok(Err(e)) => return Err(e.into()),
+                Ok(Ok(resp)) => resp,
+            };
+            strip_hop_by_hop(resp.headers_mut());
+            Ok(resp)
+        })
+    }
+}

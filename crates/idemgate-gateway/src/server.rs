@@ -1,0 +1,186 @@
+//! Running the gateway: the proxy listener, the admin listener and the purge task.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::error_handling::HandleError;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use http::{Response, StatusCode};
+use idemgate_core::{BoxError, IdempotencyStore};
+use idemgate_tower::body::BoxBody;
+use idemgate_tower::rejection::problem;
+use idemgate_tower::{IdempotencyLayer, NotSent};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tower::Layer;
+
+use crate::config::Validated;
+use crate::proxy::{Proxy, UpstreamTimeout};
+use crate::store::AnyStore;
+
+/// Serves the gateway on `listener` (and the admin endpoints on `admin`, if given) until
+/// `shutdown` resolves, then drains in-flight requests.
+///
+/// # Errors
+/// When the store cannot be opened or a listener fails.
+pub async fn run(
+    config: Validated,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = Arc::new(AnyStore::open(&config.store).await?);
+    run_with_store(config, store, listener, admin, shutdown).await
+}
+
+/// [`run`] with a store opened by the caller.
+///
+/// # Errors
+/// When a listener fails.
+pub async fn run_with_store(
+    config: Validated,
+    store: Arc<AnyStore>,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let type_base = config.policy.problem_type_base.clone();
+    let layer = IdempotencyLayer::new(store.clone(), config.policy);
+    let proxy = layer.layer(Proxy::new(&config.upstream, config.upstream_timeout));
+    let service = HandleError::new(proxy, move |e: BoxError| {
+        let type_base = type_base.clone();
+        async move { upstream_error(&type_base, &e) }
+    });
+    let app = Router::new().fallback_service(service);
+
+    if let Some(admin) = admin {
+        let admin_app = Router::new()
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics_text))
+            .with_state(store.clone());
+        let rx = stop_rx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(admin, admin_app)
+                .with_graceful_shutdown(stopped(rx))
+                .await
+            {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
+    }
+    if let Some(every) = config.purge_interval {
+        tokio::spawn(purge_loop(store.clone(), every, config.purge_batch, stop_rx.clone()));
+    }
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        upstream = %config.upstream,
+        store = store.backend(),
+        "idemgate gateway listening"
+    );
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stopped(stop_rx))
+    .await?;
+    Ok(())
+}
+
+/// The answer when the upstream could not be used: `502`, or `504` after the timeout.
+fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
+    tracing::warn!(error = %e, "upstream request failed");
+    if e.is::<UpstreamTimeout>() {
+        return problem(
+            StatusCode::GATEWAY_TIMEOUT,
+            type_base,
+            "upstream-timeout",
+            "Upstream timeout",
+            "The API did not answer in time. The operation may have run: the key is marked failed; check the result before using a new key.",
+        );
+    }
+    let (anchor, detail) = if e.is::<NotSent>() {
+        ("upstream-unreachable", "The API could not be reached; nothing was sent. Retry with the same key.")
+    } else {
+        ("upstream-failed", "The connection to the API failed after the request was sent, so the operation may have run. The key is marked failed; check the result before using a new key.")
+    };
+    problem(StatusCode::BAD_GATEWAY, type_base, anchor, "Bad gateway", detail)
+}
+
+async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {
+    match tokio::time::timeout(Duration::from_secs(2), store.ping()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ready\n".to_owned()),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("store unavailable: {e}\n")),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store timed out\n".to_owned()),
+    }
+}
+
+/// The Prometheus recorder, installed once per process.
+pub fn prometheus() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .as_ref()
+}
+
+async fn metrics_text() -> impl IntoResponse {
+    match prometheus() {
+        Some(h) => (StatusCode::OK, h.render()),
+        None => (StatusCode::NOT_FOUND, "metrics recorder unavailable\n".into()),
+    }
+}
+
+/// Deletes expired records every `every`, in batches of `batch`, until a batch comes back
+/// short.
+async fn purge_loop(
+    store: Arc<AnyStore>,
+    every: Duration,
+    batch: std::num::NonZeroU32,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        match purge_all(&*store, batch).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(purged = n, "purged expired idempotency records"),
+            Err(e) => tracing::warn!(error = %e, "purge failed"),
+        }
+    }
+}
+
+/// Purges in batches until a short batch; returns the total deleted.
+///
+/// # Errors
+/// The store's error; records already purged stay purged.
+pub async fn purge_all<St: IdempotencyStore>(
+    store: &St,
+    batch: std::num::NonZeroU32,
+) -> Result<u64, idemgate_core::StoreError> {
+    let mut total = 0;
+    loop {
+        let n = store.purge_expired(batch).await?;
+        total += n;
+        metrics::counter!("idempotency_purged_records_total").increment(n);
+        if n < u64::from(batch.get()) {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+}

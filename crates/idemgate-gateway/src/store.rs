@@ -1,0 +1,107 @@
+//! [`AnyStore`]: the store backend picked at run time from a URL.
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use idemgate_core::store::Result;
+use idemgate_core::{
+    AcquireOutcome, AcquireRequest, IdempotencyRecord, IdempotencyStore, Lease, MemoryStore,
+    ScopedKey, StoredResponse, UnixMillis,
+};
+use idemgate_sqlite::{SqliteOptions, SqliteStore};
+
+/// A parsed store URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `memory://`: records in process memory, lost on restart.
+    Memory,
+    /// `sqlite://PATH` (relative, or `sqlite:///abs/path`): the embedded default.
+    Sqlite(PathBuf),
+}
+
+impl StoreUrl {
+    /// Parses `memory://` or `sqlite://PATH`.
+    ///
+    /// # Errors
+    /// A message saying which forms are accepted.
+    pub fn parse(url: &str) -> std::result::Result<Self, String> {
+        let url = url.trim();
+        if url == "memory://" || url == "memory:" {
+            return Ok(Self::Memory);
+        }
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err("`sqlite://` needs a file path, e.g. sqlite://./idemgate.db".into());
+            }
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        Err(format!(
+            "`{url}` is not a supported store URL (sqlite://PATH or memory://)"
+        ))
+    }
+}
+
+/// One of the store backends, chosen at run time.
+#[derive(Debug)]
+pub enum AnyStore {
+    /// In-memory.
+    Memory(MemoryStore),
+    /// SQLite file.
+    Sqlite(SqliteStore),
+}
+
+impl AnyStore {
+    /// Opens the store a URL names (creating and migrating a SQLite file as needed).
+    ///
+    /// # Errors
+    /// When the store cannot be opened, with the cause.
+    pub async fn open(url: &StoreUrl) -> anyhow::Result<Self> {
+        Ok(match url {
+            StoreUrl::Memory => Self::Memory(MemoryStore::new()),
+            StoreUrl::Sqlite(path) => Self::Sqlite(
+                SqliteStore::open(path, SqliteOptions::default())
+                    .map_err(|e| anyhow::anyhow!("cannot open sqlite store {}: {e}", path.display()))?,
+            ),
+        })
+    }
+}
+
+macro_rules! each {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            AnyStore::Memory($s) => $e,
+            AnyStore::Sqlite($s) => $e,
+        }
+    };
+}
+
+impl IdempotencyStore for AnyStore {
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        each!(self, s => s.acquire(req).await)
+    }
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis> {
+        each!(self, s => s.renew(lease, ttl).await)
+    }
+    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<()> {
+        each!(self, s => s.complete(lease, r).await)
+    }
+    async fn fail(&self, lease: &Lease) -> Result<()> {
+        each!(self, s => s.fail(lease).await)
+    }
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        each!(self, s => s.release(lease).await)
+    }
+    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
+        each!(self, s => s.get(key).await)
+    }
+    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {
+        each!(self, s => s.purge_expired(batch).await)
+    }
+    async fn ping(&self) -> Result<()> {
+        each!(self, s => s.ping().await)
+    }
+    fn backend(&self) -> &'static str {
+        each!(self, s => s.backend())
+    }
+}

@@ -1,0 +1,181 @@
+//! [`PostgresStoreError`] and its classification into [`StoreError`].
+
+use idemgate_core::StoreError;
+
+/// Errors of this crate: construction, migration, and every store operation before it is
+/// classified into [`StoreError`] for the HTTP layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresStoreError {
+    /// The database or the driver failed (connection, pool, SQL, decoding).
+    #[error("PostgreSQL request failed")]
+    Sqlx(#[from] sqlx::Error),
+    /// A table or schema name that is not a plain lower-case identifier.
+    #[error("invalid PostgreSQL identifier {name:?}: {reason}")]
+    InvalidIdentifier {
+        /// The name given.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// A migration already applied to the database differs from the one this build embeds
+    /// (same version, different SQL). Nothing was changed.
+    #[error("migration {version} ({description}) differs from the one applied to the database")]
+    MigrationChanged {
+        /// The migration's version.
+        version: i64,
+        /// The migration's description.
+        description: &'static str,
+    },
+    /// A stored row cannot be decoded; it is left untouched.
+    #[error("corrupt record: {detail}")]
+    Corrupt {
+        /// What is wrong.
+        detail: String,
+    },
+    /// `acquire` lost the race for one record this many times in a row (the record kept
+    /// changing between its read and its update). Classified as [`StoreError::Conflict`].
+    #[error("acquire gave up after {attempts} attempts: the record kept changing")]
+    Contention {
+        /// How many insert-read-update rounds were tried.
+        attempts: u32,
+    },
+}
+
+/// Shorthand for this crate's results.
+pub type Result<T, E = PostgresStoreError> = std::result::Result<T, E>;
+
+/// How a failure should be answered.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Class {
+    Unavailable,
+    Timeout,
+    Conflict,
+    Corrupt,
+    Backend,
+}
+
+fn classify_sqlx(e: &sqlx::Error) -> Class {
+    use sqlx::Error as E;
+    match e {
+        E::Io(_) | E::Tls(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed => {
+            Class::Unavailable
+        }
+        E::Database(db) => match db.code().as_deref() {
+            // query_canceled (statement_timeout), lock_not_available (lock_timeout)
+            Some("57014" | "55P03") => Class::Timeout,
+            // serialization_failure, deadlock_detected
+            Some("40001" | "40P01") => Class::Conflict,
+            // connection exceptions; admin/crash shutdown, cannot connect now; too many
+            // connections; read-only transaction (a standby, e.g. mid-failover)
+            Some(code)
+                if code.starts_with("08")
+                    || matches!(code, "57P01" | "57P02" | "57P03" | "53300" | "25006") =>
+            {
+                Class::Unavailable
+            }
+            _ => Class::Backend,
+        },
+        E::ColumnDecode { .. }
+        | E::Decode(_)
+        | E::ColumnNotFound(_)
+        | E::ColumnIndexOutOfBounds { .. }
+        | E::TypeNotFound { .. } => Class::Corrupt,
+        _ => Class::Backend,
+    }
+}
+
+impl From<PostgresStoreError> for StoreError {
+    /// Classifies: connection refused or reset, TLS failure, pool timed out or closed,
+    /// server shutting down or full → [`StoreError::Unavailable`]; statement or lock timeout
+    /// (SQLSTATE 57014, 55P03) → [`StoreError::Timeout`]; serialization failure or deadlock
+    /// (40001, 40P01) and acquire contention → [`StoreError::Conflict`]; an undecodable row →
+    /// [`StoreError::Corrupt`]; anything else → [`StoreError::Backend`]. The original error is
+    /// kept as the source wherever the variant has one.
+    fn from(e: PostgresStoreError) -> Self {
+        let class = match &e {
+            PostgresStoreError::Sqlx(inner) => classify_sqlx(inner),
+            PostgresStoreError::Corrupt { .. } => Class::Corrupt,
+            PostgresStoreError::Contention { .. } => Class::Conflict,
+            _ => Class::Backend,
+        };
+        match class {
+            Class::Unavailable => StoreError::Unavailable(Box::new(e)),
+            Class::Timeout => StoreError::Timeout,
+            Class::Conflict => StoreError::Conflict(Box::new(e)),
+            // `StoreError::Corrupt` has no source slot: its detail names the cause.
+            Class::Corrupt => StoreError::Corrupt {
+                detail: match e {
+                    PostgresStoreError::Corrupt { detail } => detail,
+                    other => error_chain(&other),
+                },
+            },
+            Class::Backend => StoreError::Backend(Box::new(e)),
+        }
+    }
+}
+
+/// Classifies a driver error (see `From<PostgresStoreError> for StoreError`).
+pub(crate) fn classify(e: sqlx::Error) -> StoreError {
+    PostgresStoreError::from(e).into()
+}
+
+/// `e` and its sources, joined with `: `.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(source) = next {
+        out.push_str(": ");
+        out.push_str(&source.to_string());
+        next = source.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::io;
+
+    use super::*;
+
+    #[test]
+    fn connection_failures_are_unavailable_with_source() {
+        let refused = io::Error::new(io::ErrorKind::ConnectionRefused, "refused");
+        for e in [
+            sqlx::Error::Io(refused),
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+        ] {
+            let store = classify(e);
+            assert!(matches!(store, StoreError::Unavailable(_)), "{store:?}");
+            let source = store.source().expect("source kept");
+            assert!(source.downcast_ref::<PostgresStoreError>().is_some());
+            assert!(source
+                .source()
+                .unwrap()
+                .downcast_ref::<sqlx::Error>()
+                .is_some());
+        }
+    }
+
+    #[test]
+    fn decode_failures_are_corrupt() {
+        let e = sqlx::Error::ColumnNotFound("state".into());
+        assert!(matches!(classify(e), StoreError::Corrupt { detail } if detail.contains("state")));
+        let e = PostgresStoreError::Corrupt {
+            detail: "bad state".into(),
+        };
+        assert!(
+            matches!(StoreError::from(e), StoreError::Corrupt { detail } if detail == "bad state")
+        );
+    }
+
+    #[test]
+    fn contention_is_conflict_and_the_rest_backend() {
+        let e = PostgresStoreError::Contention { attempts: 3 };
+        assert!(matches!(StoreError::from(e), StoreError::Conflict(_)));
+        let e = sqlx::Error::Protocol("unexpected message".into());
+        assert!(matches!(classify(e), StoreError::Backend(_)));
+    }
+}

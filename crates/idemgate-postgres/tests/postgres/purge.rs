@@ -1,0 +1,173 @@
+//! Purging many expired rows in bounded batches while fresh keys keep being acquired.
+//!
+//! `IDEMGATE_PURGE_ROWS` sets how many expired rows are seeded (default 20,000), e.g.
+//! `IDEMGATE_PURGE_ROWS=1000000 cargo test --release -p idemgate-postgres --test postgres
+//! purge -- --nocapture`. Timings are printed, never asserted.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idemgate_core::testing::{fp, request, response};
+use idemgate_core::{IdempotencyKey, IdempotencyStore, ScopedKey};
+use idemgate_postgres::PostgresStore;
+use tokio::time::Instant;
+
+use crate::{acquired, common, DAY, LONG};
+
+const BATCH: u32 = 1000;
+const LIVE: usize = 200;
+
+fn key(prefix: &str, n: usize) -> ScopedKey {
+    ScopedKey {
+        principal: "purge".into(),
+        route: "POST /payments".into(),
+        key: IdempotencyKey::new(&format!("{prefix}-{n:08}")).unwrap(),
+    }
+}
+
+/// Seeds `rows` expired records (all three states) with one `INSERT ... SELECT`.
+async fn seed_expired(store: &PostgresStore, rows: i64) {
+    sqlx::query(&format!(
+        "INSERT INTO \"{}\" (user_id, route, key, request_hash, fingerprint_version, state, \
+         status, response_headers, response, replayable, lease_token, lease_expires_at, fence, \
+         created_at, completed_at, expires_at) \
+         SELECT 'purge', 'POST /payments', 'expired-' || g, decode(repeat('01', 32), 'hex'), \
+         1, s.state, CASE WHEN s.state = 'completed' THEN 201 END, \
+         CASE WHEN s.state = 'completed' THEN ''::bytea END, \
+         CASE WHEN s.state = 'completed' THEN convert_to(repeat('x', 200), 'UTF8') END, \
+         CASE WHEN s.state = 'completed' THEN true END, \
+         CASE WHEN s.state = 'in_progress' THEN g END, \
+         CASE WHEN s.state = 'in_progress' THEN now() - interval '2 days' END, 1, \
+         now() - interval '2 days', CASE WHEN s.state <> 'in_progress' THEN now() END, \
+         now() - interval '1 day' - g * interval '1 millisecond' \
+         FROM generate_series(1, $1::bigint) g, LATERAL (SELECT (ARRAY['completed', \
+         'failed', 'in_progress'])[1 + g % 3] AS state) s",
+        store.table_name()
+    ))
+    .bind(rows)
+    .execute(store.pool())
+    .await
+    .unwrap();
+    sqlx::raw_sql(&format!("ANALYZE \"{}\"", store.table_name()))
+        .execute(store.pool())
+        .await
+        .unwrap();
+}
+
+/// Acquires and completes fresh keys until `stop`; returns each acquire's latency.
+async fn acquire_loop(store: PostgresStore, stop: Arc<AtomicBool>, start: usize) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    let mut n = start;
+    while !stop.load(Ordering::Relaxed) {
+        let k = key("during", n);
+        let began = Instant::now();
+        let out = store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap();
+        latencies.push(began.elapsed());
+        let (lease, _) = acquired(out);
+        store.complete(&lease, &response(64)).await.unwrap();
+        n += 1;
+    }
+    latencies
+}
+
+fn summary(mut latencies: Vec<Duration>) -> String {
+    latencies.sort();
+    if latencies.is_empty() {
+        return "no samples".into();
+    }
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    format!(
+        "{} acquires, median {:?}, p99 {:?}, max {:?}",
+        latencies.len(),
+        at(0.5),
+        at(0.99),
+        latencies[latencies.len() - 1]
+    )
+}
+
+async fn count(store: &PostgresStore, filter: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{}\" WHERE {filter}",
+        store.table_name()
+    ))
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_many_expired_rows_while_acquiring() {
+    let Some(store) = common::fresh_store().await else {
+        return;
+    };
+    let rows: i64 = std::env::var("IDEMGATE_PURGE_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let began = Instant::now();
+    seed_expired(&store, rows).await;
+    println!("purge: seeded {rows} expired rows in {:?}", began.elapsed());
+    for n in 0..LIVE {
+        let (lease, _) = acquired(
+            store
+                .acquire(&request(&key("live", n), fp(1), LONG, DAY))
+                .await
+                .unwrap(),
+        );
+        if n % 2 == 0 {
+            store.complete(&lease, &response(64)).await.unwrap();
+        }
+    }
+
+    // Baseline: acquire latency with no purge running.
+    let stop = Arc::new(AtomicBool::new(false));
+    let baseline = tokio::spawn(acquire_loop(store.clone(), stop.clone(), 0));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    let baseline = baseline.await.unwrap();
+    let before = baseline.len();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let during = tokio::spawn(acquire_loop(store.clone(), stop.clone(), before));
+    let began = Instant::now();
+    let (mut purged, mut batches) = (0, 0);
+    loop {
+        let n = store
+            .purge_expired(NonZeroU32::new(BATCH).unwrap())
+            .await
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        purged += n;
+        batches += 1;
+    }
+    let elapsed = began.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let during = during.await.unwrap();
+    let acquired_during = during.len();
+    println!(
+        "purge: {purged} rows in {batches} batches of {BATCH} in {elapsed:?} ({:.0} rows/s)",
+        purged as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "purge: acquire latency without purge: {}",
+        summary(baseline)
+    );
+    println!("purge: acquire latency during purge:  {}", summary(during));
+
+    assert_eq!(purged, rows as u64);
+    assert_eq!(count(&store, "key LIKE 'expired-%'").await, 0);
+    assert_eq!(count(&store, "key LIKE 'live-%'").await, LIVE as i64);
+    let fresh = (before + acquired_during) as i64;
+    assert_eq!(
+        count(&store, "key LIKE 'during-%' AND state = 'completed'").await,
+        fresh
+    );
+    for n in [0, LIVE - 1] {
+        assert!(store.get(&key("live", n)).await.unwrap().is_some());
+    }
+    common::drop_table(&store).await;
+}

@@ -1,0 +1,113 @@
+//! [`SqliteStoreError`] and its mapping onto [`StoreError`].
+
+use std::sync::Arc;
+
+use idemgate_core::StoreError;
+use rusqlite::ffi::ErrorCode;
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = SqliteStoreError> = std::result::Result<T, E>;
+
+/// Errors of the SQLite store.
+///
+/// Converts into [`StoreError`] with the original error kept as its source: a busy or locked
+/// database, an I/O failure, a full queue or a stopped store thread become
+/// [`StoreError::Unavailable`]; a row that cannot be decoded becomes [`StoreError::Corrupt`];
+/// anything else [`StoreError::Backend`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqliteStoreError {
+    /// An error reported by SQLite or rusqlite.
+    #[error("sqlite error")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The transaction that grouped this command with others could not begin or commit, so
+    /// nothing this command wrote was kept (every command of the group gets this error).
+    #[error("sqlite transaction failed")]
+    Transaction(#[source] Arc<rusqlite::Error>),
+    /// Another command of the same grouped transaction hit an error that made SQLite roll the
+    /// whole transaction back, so nothing this command wrote was kept.
+    #[error("sqlite transaction rolled back after an error in another command")]
+    Aborted,
+    /// The command queue is full: the store is overloaded.
+    #[error("sqlite store queue is full ({capacity} commands waiting)")]
+    QueueFull {
+        /// The queue's capacity, in commands.
+        capacity: usize,
+    },
+    /// The store thread has stopped (the store was closed, or the thread panicked).
+    #[error("sqlite store thread has stopped")]
+    Closed,
+    /// The store thread could not be started.
+    #[error("cannot start the sqlite store thread")]
+    Spawn(#[source] std::io::Error),
+    /// The database carries a schema version this build does not know (a newer idemgate
+    /// migrated it, or `PRAGMA user_version` was changed by hand).
+    #[error("database schema version {found} is unknown to this build (latest known: {latest})")]
+    SchemaVersion {
+        /// `PRAGMA user_version` of the database.
+        found: i64,
+        /// The latest version this build can migrate to.
+        latest: i64,
+    },
+    /// The URL is not `sqlite://PATH`, `sqlite:PATH` or `sqlite::memory:`.
+    #[error("invalid sqlite URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A stored row cannot be decoded. It is left untouched.
+    #[error("corrupt record: {detail}")]
+    Corrupt {
+        /// What is wrong, and in which column.
+        detail: String,
+    },
+}
+
+impl SqliteStoreError {
+    /// True when the error means "try again later": a busy or locked database, an I/O or
+    /// open failure, a full disk, a full queue or a stopped store thread.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Sqlite(e) => unavailable_code(e),
+            Self::Transaction(e) => unavailable_code(e),
+            Self::Aborted | Self::QueueFull { .. } | Self::Closed | Self::Spawn(_) => true,
+            Self::SchemaVersion { .. } | Self::InvalidUrl { .. } | Self::Corrupt { .. } => false,
+        }
+    }
+}
+
+fn unavailable_code(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(
+            ErrorCode::DatabaseBusy
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::CannotOpen
+                | ErrorCode::DiskFull
+                | ErrorCode::ReadOnly
+                | ErrorCode::PermissionDenied
+                | ErrorCode::FileLockingProtocolFailed
+                | ErrorCode::OutOfMemory
+        )
+    )
+}
+
+impl From<SqliteStoreError> for StoreError {
+    fn from(e: SqliteStoreError) -> Self {
+        match e {
+            SqliteStoreError::Corrupt { detail } => StoreError::Corrupt { detail },
+            e if e.is_unavailable() => StoreError::Unavailable(Box::new(e)),
+            e => StoreError::Backend(Box::new(e)),
+        }
+    }
+}
+
+/// A [`SqliteStoreError::Corrupt`] for `column`.
+pub(crate) fn corrupt(column: &str, what: impl std::fmt::Display) -> SqliteStoreError {
+    SqliteStoreError::Corrupt {
+        detail: format!("idempotency_records.{column}: {what}"),
+    }
+}

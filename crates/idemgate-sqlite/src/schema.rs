@@ -1,0 +1,120 @@
+//! Opening a connection: pragmas and migrations (`PRAGMA user_version`).
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::error::{Result, SqliteStoreError};
+use crate::options::{SqliteLocation, SqliteOptions};
+
+/// The migrations, in order; migration `i` (0-based) brings `user_version` to `i + 1`.
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_idempotency_records.sql")];
+
+/// The schema version this build migrates to.
+pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Enough for every statement the store prepares, so none is ever re-prepared.
+const STATEMENT_CACHE: usize = 32;
+
+/// Opens the store's read-write connection: pragmas, then migrations.
+pub(crate) fn open_writer(
+    location: &SqliteLocation,
+    options: &SqliteOptions,
+) -> Result<Connection> {
+    let mut conn = match location {
+        SqliteLocation::Memory => Connection::open_in_memory()?,
+        SqliteLocation::File(path) => Connection::open(path)?,
+    };
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // First, so the pragmas and migrations below wait for other connections too.
+    conn.busy_timeout(options.busy_timeout)?;
+    if let SqliteLocation::File(_) = location {
+        // Persistent: set once, the file stays in WAL mode. Answers the mode now in force.
+        let _mode: String =
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    }
+    conn.pragma_update(None, "synchronous", options.synchronous.pragma_value())?;
+    migrate(&mut conn)?;
+    Ok(conn)
+}
+
+/// Opens a read-only connection to a file already migrated (for [`crate::SqliteStore::stats`]).
+pub(crate) fn open_reader(path: &std::path::Path, options: &SqliteOptions) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(options.busy_timeout)?;
+    Ok(conn)
+}
+
+/// Brings the schema to [`LATEST_VERSION`] in one transaction. Idempotent: an up-to-date
+/// database is only read; two processes migrating at once serialize on the write lock and
+/// the second finds nothing to do.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
+    if user_version(conn)? == LATEST_VERSION {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let found = user_version(&tx)?;
+    if !(0..=LATEST_VERSION).contains(&found) {
+        return Err(SqliteStoreError::SchemaVersion {
+            found,
+            latest: LATEST_VERSION,
+        });
+    }
+    for (done, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", done as i64 + 1)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn user_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_idempotent() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(user_version(&conn).unwrap(), LATEST_VERSION);
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM idempotency_records", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn unknown_version_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", LATEST_VERSION + 1)
+            .unwrap();
+        assert!(matches!(
+            migrate(&mut conn),
+            Err(SqliteStoreError::SchemaVersion { .. })
+        ));
+    }
+
+    #[test]
+    fn state_is_checked() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let err = conn
+            .execute(
+                "INSERT INTO idempotency_records (principal, route, key, fingerprint,
+                 fingerprint_version, state, fence, created_at, expires_at)
+                 VALUES ('p', 'r', 'k', x'00', 1, 'done', 1, 0, 1)",
+                [],
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::ConstraintViolation)
+        );
+    }
+}
