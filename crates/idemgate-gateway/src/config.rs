@@ -148,10 +148,25 @@ impl RouteConfig {
     fn or(&self, base: &RouteConfig) -> RouteConfig {
         macro_rules! pick { ($($f:ident),*) => { RouteConfig { $($f: self.$f.clone().or_else(|| base.$f.clone()),)* } } }
         pick!(
-            route, key_required, record_ttl, lease_ttl, max_lease, mismatch_status,
-            store_statuses, release_statuses, fail_statuses, ignore_json_pointers,
-            fingerprint_headers, principal, allow_anonymous, fail_open, lease_expired,
-            retry_failed, max_body_bytes, max_stored_response_bytes, replay_deny_headers
+            route,
+            key_required,
+            record_ttl,
+            lease_ttl,
+            max_lease,
+            mismatch_status,
+            store_statuses,
+            release_statuses,
+            fail_statuses,
+            ignore_json_pointers,
+            fingerprint_headers,
+            principal,
+            allow_anonymous,
+            fail_open,
+            lease_expired,
+            retry_failed,
+            max_body_bytes,
+            max_stored_response_bytes,
+            replay_deny_headers
         )
     }
 }
@@ -212,7 +227,12 @@ impl Config {
             errs.push("purge_batch: must be at least 1".into());
         }
         let header_name = HeaderName::from_bytes(self.header_name.as_bytes())
-            .map_err(|_| errs.push(format!("header_name: `{}` is not a header name", self.header_name)))
+            .map_err(|_| {
+                errs.push(format!(
+                    "header_name: `{}` is not a header name",
+                    self.header_name
+                ))
+            })
             .ok();
         let mut methods = Vec::new();
         for m in &self.methods {
@@ -232,40 +252,55 @@ impl Config {
             errs.push("defaults.route: routes belong in [[routes]]".into());
         }
         let default_route = route_policy("defaults", &defaults, &mut errs);
-        let mut policy = Policy::default().with_default_route(default_route.unwrap_or_default());
+        let mut policy =
+            Policy::default().with_default_route(default_route.clone().unwrap_or_default());
         policy.header_name = header_name.unwrap_or(HeaderName::from_static("idempotency-key"));
         policy.methods = methods;
         policy.key_len = (self.key_min_length, self.key_max_length);
         policy.problem_type_base.clone_from(&self.problem_type_base);
+        // Routes inherit valid defaults; a bad default is reported once, under `defaults`.
+        let inherited = if default_route.is_some() {
+            defaults
+        } else {
+            RouteConfig::builtin()
+        };
         for (i, r) in self.routes.iter().enumerate() {
             let field = format!("routes[{i}]");
-            let merged = r.or(&defaults);
+            let rp = route_policy(&field, &r.or(&inherited), &mut errs);
             let Some(template) = &r.route else {
                 errs.push(format!("{field}.route: missing (e.g. \"POST /payments\")"));
                 continue;
             };
-            if let Some(rp) = route_policy(&field, &merged, &mut errs) {
-                match policy.clone().with_route(template, rp) {
-                    Ok(p) => policy = p,
-                    Err(e) => errs.push(format!("{field}.route: {e}")),
-                }
+            match policy.clone().with_route(template, rp.unwrap_or_default()) {
+                Ok(p) => policy = p,
+                Err(e) => errs.push(format!("{field}.route: {e}")),
             }
         }
-        match (listen, upstream, store, upstream_timeout, purge_interval, purge_batch) {
-            (Some(listen), Some(upstream), Some(store), Some(upstream_timeout), Some(purge), Some(purge_batch))
-                if errs.is_empty() =>
-            {
-                Ok(Validated {
-                    listen,
-                    admin_listen,
-                    upstream,
-                    store,
-                    upstream_timeout,
-                    purge_interval: (!purge.is_zero()).then_some(purge),
-                    purge_batch,
-                    policy,
-                })
-            }
+        match (
+            listen,
+            upstream,
+            store,
+            upstream_timeout,
+            purge_interval,
+            purge_batch,
+        ) {
+            (
+                Some(listen),
+                Some(upstream),
+                Some(store),
+                Some(upstream_timeout),
+                Some(purge),
+                Some(purge_batch),
+            ) if errs.is_empty() => Ok(Validated {
+                listen,
+                admin_listen,
+                upstream,
+                store,
+                upstream_timeout,
+                purge_interval: (!purge.is_zero()).then_some(purge),
+                purge_batch,
+                policy,
+            }),
             _ => Err(errs),
         }
     }
@@ -274,7 +309,11 @@ impl Config {
 fn parse_addr(field: &str, value: &str, errs: &mut Vec<String>) -> Option<SocketAddr> {
     value
         .parse()
-        .map_err(|_| errs.push(format!("{field}: `{value}` is not an address like 127.0.0.1:8080")))
+        .map_err(|_| {
+            errs.push(format!(
+                "{field}: `{value}` is not an address like 127.0.0.1:8080"
+            ))
+        })
         .ok()
 }
 
@@ -290,7 +329,9 @@ fn parse_upstream(value: &str, errs: &mut Vec<String>) -> Option<http::Uri> {
             None
         }
         _ => {
-            errs.push(format!("upstream: `{value}` is not an http://host:port URL"));
+            errs.push(format!(
+                "upstream: `{value}` is not an http://host:port URL"
+            ));
             None
         }
     }
@@ -298,7 +339,11 @@ fn parse_upstream(value: &str, errs: &mut Vec<String>) -> Option<http::Uri> {
 
 fn duration(field: &str, value: &str, errs: &mut Vec<String>) -> Option<Duration> {
     humantime::parse_duration(value)
-        .map_err(|e| errs.push(format!("{field}: `{value}` is not a duration like \"10s\" or \"24h\" ({e})")))
+        .map_err(|e| {
+            errs.push(format!(
+                "{field}: `{value}` is not a duration like \"10s\" or \"24h\" ({e})"
+            ))
+        })
         .ok()
 }
 
@@ -307,7 +352,8 @@ fn route_policy(field: &str, c: &RouteConfig, errs: &mut Vec<String>) -> Option<
     let before = errs.len();
     let d = RoutePolicy::default();
     let dur = |name: &str, v: &Option<String>, errs: &mut Vec<String>| {
-        v.as_deref().and_then(|v| duration(&format!("{field}.{name}"), v, errs))
+        v.as_deref()
+            .and_then(|v| duration(&format!("{field}.{name}"), v, errs))
     };
     let statuses = |name: &str, v: &Option<Vec<String>>, errs: &mut Vec<String>| {
         let mut out = Vec::new();
@@ -339,16 +385,23 @@ fn route_policy(field: &str, c: &RouteConfig, errs: &mut Vec<String>) -> Option<
         Some(422) | None => StatusCode::UNPROCESSABLE_ENTITY,
         Some(400) => StatusCode::BAD_REQUEST,
         Some(other) => {
-            errs.push(format!("{field}.mismatch_status: {other} is not 422 or 400"));
+            errs.push(format!(
+                "{field}.mismatch_status: {other} is not 422 or 400"
+            ));
             StatusCode::UNPROCESSABLE_ENTITY
         }
     };
     let principal = match c.principal.as_deref() {
         None | Some("authorization") => PrincipalSource::AuthorizationHash,
-        Some(p) => match p.strip_prefix("header:").map(|h| HeaderName::from_bytes(h.trim().as_bytes())) {
+        Some(p) => match p
+            .strip_prefix("header:")
+            .map(|h| HeaderName::from_bytes(h.trim().as_bytes()))
+        {
             Some(Ok(name)) => PrincipalSource::Header(name),
             _ => {
-                errs.push(format!("{field}.principal: `{p}` is not \"authorization\" or \"header:NAME\""));
+                errs.push(format!(
+                    "{field}.principal: `{p}` is not \"authorization\" or \"header:NAME\""
+                ));
                 PrincipalSource::AuthorizationHash
             }
         },
@@ -357,7 +410,9 @@ fn route_policy(field: &str, c: &RouteConfig, errs: &mut Vec<String>) -> Option<
         None | Some("takeover") => LeaseExpiredPolicy::Takeover,
         Some("fail") => LeaseExpiredPolicy::Fail,
         Some(other) => {
-            errs.push(format!("{field}.lease_expired: `{other}` is not \"takeover\" or \"fail\""));
+            errs.push(format!(
+                "{field}.lease_expired: `{other}` is not \"takeover\" or \"fail\""
+            ));
             LeaseExpiredPolicy::Takeover
         }
     };
@@ -384,7 +439,9 @@ fn route_policy(field: &str, c: &RouteConfig, errs: &mut Vec<String>) -> Option<
         lease_expired,
         retry_failed: c.retry_failed.unwrap_or(d.retry_failed),
         max_body_bytes: c.max_body_bytes.unwrap_or(d.max_body_bytes),
-        max_stored_response_bytes: c.max_stored_response_bytes.unwrap_or(d.max_stored_response_bytes),
+        max_stored_response_bytes: c
+            .max_stored_response_bytes
+            .unwrap_or(d.max_stored_response_bytes),
         replay_deny_headers: headers("replay_deny_headers", &c.replay_deny_headers, errs),
     };
     (errs.len() == before).then_some(policy)

@@ -37,12 +37,17 @@ pub struct Incident {
 /// When a server cannot start, or an incident ends with other than one charge through the
 /// gateway.
 pub async fn run() -> anyhow::Result<()> {
-    println!("Replaying the incidents against the example payments API, without and with idemgate.\n");
+    println!(
+        "Replaying the incidents against the example payments API, without and with idemgate.\n"
+    );
     let incidents = run_incidents().await?;
     let mut ok = true;
     for (i, inc) in incidents.iter().enumerate() {
         println!("{}. {}", i + 1, inc.name);
-        for (label, o) in [("without idemgate", &inc.without), ("with idemgate   ", &inc.with)] {
+        for (label, o) in [
+            ("without idemgate", &inc.without),
+            ("with idemgate   ", &inc.with),
+        ] {
             println!(
                 "   {label}: client saw {:<44} ledger: {} charge{}",
                 o.seen.join(", "),
@@ -86,12 +91,20 @@ where
     };
     let (upstream, ledger) = crate::payments::spawn().await?;
     let dir = tempfile::tempdir()?;
-    let gateway = spawn_gateway(&upstream, &format!("sqlite://{}", dir.path().join("demo.db").display())).await?;
+    let gateway = spawn_gateway(
+        &upstream,
+        &format!("sqlite://{}", dir.path().join("demo.db").display()),
+    )
+    .await?;
     let with = Outcome {
         seen: scenario(gateway).await,
         charges: settle(&ledger).await,
     };
-    Ok(Incident { name, without, with })
+    Ok(Incident {
+        name,
+        without,
+        with,
+    })
 }
 
 /// Waits for charges still running (the API finishes them after a disconnect).
@@ -125,11 +138,20 @@ pub async fn spawn_gateway(upstream: &str, store: &str) -> anyhow::Result<String
 }
 
 fn client() -> Client {
-    Client::builder().no_proxy().build().expect("a plain HTTP client builds")
+    Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a plain HTTP client builds")
 }
 
 /// One POST /payments; describes what the client saw.
-async fn pay(base: &str, key: &str, amount: u64, delay_ms: u64, timeout: Duration) -> (String, Option<u64>) {
+async fn pay(
+    base: &str,
+    key: &str,
+    amount: u64,
+    delay_ms: u64,
+    timeout: Duration,
+) -> (String, Option<u64>) {
     let res = client()
         .post(format!("{base}/payments?delay_ms={delay_ms}"))
         .header("idempotency-key", key)
@@ -153,13 +175,25 @@ async fn pay(base: &str, key: &str, amount: u64, delay_ms: u64, timeout: Duratio
             if replayed {
                 seen.push_str(" (replay)");
             }
-            (seen, if status == StatusCode::CONFLICT { retry_after.or(Some(1)) } else { None })
+            (
+                seen,
+                if status == StatusCode::CONFLICT {
+                    retry_after.or(Some(1))
+                } else {
+                    None
+                },
+            )
         }
     }
 }
 
 /// A client that retries on timeout and on 409 (after `Retry-After`), up to 4 attempts.
-async fn pay_with_retries(base: &str, key: &str, delay_ms: u64, first_timeout: Duration) -> Vec<String> {
+async fn pay_with_retries(
+    base: &str,
+    key: &str,
+    delay_ms: u64,
+    first_timeout: Duration,
+) -> Vec<String> {
     let mut seen = Vec::new();
     let mut timeout = first_timeout;
     for _ in 0..4 {
@@ -184,7 +218,11 @@ fn fresh_key() -> String {
 fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     h.finish()
 }
 
@@ -220,16 +258,25 @@ async fn burst(base: String) -> Vec<String> {
         .collect();
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for t in tasks {
-        *counts.entry(t.await.unwrap_or_else(|_| "error".into())).or_default() += 1;
+        *counts
+            .entry(t.await.unwrap_or_else(|_| "error".into()))
+            .or_default() += 1;
     }
-    counts.into_iter().map(|(s, n)| format!("{n}x {s}")).collect()
+    counts
+        .into_iter()
+        .map(|(s, n)| format!("{n}x {s}"))
+        .collect()
 }
 
 async fn disconnect(base: String) -> Vec<String> {
     let key = fresh_key();
     // The client hangs up after 50 ms of a 400 ms charge, and retries half a second later.
     let (first, _) = pay(&base, &key, 1000, 400, Duration::from_millis(50)).await;
-    let first = if first == "timeout" { "disconnected".to_owned() } else { first };
+    let first = if first == "timeout" {
+        "disconnected".to_owned()
+    } else {
+        first
+    };
     tokio::time::sleep(Duration::from_millis(600)).await;
     let mut seen = vec![first];
     seen.extend(pay_with_retries(&base, &key, 400, Duration::from_secs(5)).await);

@@ -48,8 +48,14 @@ impl Proxy {
             .build(connector);
         Self {
             client,
-            scheme: upstream.scheme().cloned().unwrap_or(http::uri::Scheme::HTTP),
-            authority: upstream.authority().cloned().expect("validated upstream has a host"),
+            scheme: upstream
+                .scheme()
+                .cloned()
+                .unwrap_or(http::uri::Scheme::HTTP),
+            authority: upstream
+                .authority()
+                .cloned()
+                .expect("validated upstream has a host"),
             base_path: upstream.path().trim_end_matches('/').to_owned(),
             timeout,
         }
@@ -93,7 +99,9 @@ impl tower::Service<Request<BoxBody>> for Proxy {
     fn call(&mut self, mut req: Request<BoxBody>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
-            *req.uri_mut() = this.upstream_uri(req.uri()).map_err(|e| NotSent(e.into()))?;
+            *req.uri_mut() = this
+                .upstream_uri(req.uri())
+                .map_err(|e| NotSent(e.into()))?;
             let headers = req.headers_mut();
             strip_hop_by_hop(headers);
             if let Some(host) = headers.remove(HOST) {
@@ -102,7 +110,11 @@ impl tower::Service<Request<BoxBody>> for Proxy {
             headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
             if let Some(ConnectInfo(addr)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
                 let ip = addr.ip().to_string();
-                let value = match req.headers().get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+                let value = match req
+                    .headers()
+                    .get(X_FORWARDED_FOR)
+                    .and_then(|v| v.to_str().ok())
+                {
                     Some(prior) => format!("{prior}, {ip}"),
                     None => ip,
                 };
@@ -110,7 +122,8 @@ impl tower::Service<Request<BoxBody>> for Proxy {
                     req.headers_mut().insert(X_FORWARDED_FOR, v);
                 }
             }
-            let mut resp = match tokio::time::timeout(this.timeout, this.client.request(req)).await {
+            let mut resp = match tokio::time::timeout(this.timeout, this.client.request(req)).await
+            {
                 Err(_) => return Err(UpstreamTimeout(this.timeout).into()),
                 Ok(Err(e)) if e.is_connect() => return Err(NotSent(e.into()).into()),
                 Ok(Err(e)) => return Err(e.into()),

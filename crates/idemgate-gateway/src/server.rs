@@ -84,7 +84,12 @@ pub async fn run_with_store(
         });
     }
     if let Some(every) = config.purge_interval {
-        tokio::spawn(purge_loop(store.clone(), every, config.purge_batch, stop_rx.clone()));
+        tokio::spawn(purge_loop(
+            store.clone(),
+            every,
+            config.purge_batch,
+            stop_rx.clone(),
+        ));
     }
     tracing::info!(
         listen = %listener.local_addr()?,
@@ -114,18 +119,33 @@ fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
         );
     }
     let (anchor, detail) = if e.is::<NotSent>() {
-        ("upstream-unreachable", "The API could not be reached; nothing was sent. Retry with the same key.")
+        (
+            "upstream-unreachable",
+            "The API could not be reached; nothing was sent. Retry with the same key.",
+        )
     } else {
         ("upstream-failed", "The connection to the API failed after the request was sent, so the operation may have run. The key is marked failed; check the result before using a new key.")
     };
-    problem(StatusCode::BAD_GATEWAY, type_base, anchor, "Bad gateway", detail)
+    problem(
+        StatusCode::BAD_GATEWAY,
+        type_base,
+        anchor,
+        "Bad gateway",
+        detail,
+    )
 }
 
 async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {
     match tokio::time::timeout(Duration::from_secs(2), store.ping()).await {
         Ok(Ok(())) => (StatusCode::OK, "ready\n".to_owned()),
-        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("store unavailable: {e}\n")),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "store timed out\n".to_owned()),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store unavailable: {e}\n"),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store timed out\n".to_owned(),
+        ),
     }
 }
 
@@ -140,7 +160,10 @@ pub fn prometheus() -> Option<&'static PrometheusHandle> {
 async fn metrics_text() -> impl IntoResponse {
     match prometheus() {
         Some(h) => (StatusCode::OK, h.render()),
-        None => (StatusCode::NOT_FOUND, "metrics recorder unavailable\n".into()),
+        None => (
+            StatusCode::NOT_FOUND,
+            "metrics recorder unavailable\n".into(),
+        ),
     }
 }
 

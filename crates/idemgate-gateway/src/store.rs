@@ -60,8 +60,9 @@ impl AnyStore {
         Ok(match url {
             StoreUrl::Memory => Self::Memory(MemoryStore::new()),
             StoreUrl::Sqlite(path) => Self::Sqlite(
-                SqliteStore::open(path, SqliteOptions::default())
-                    .map_err(|e| anyhow::anyhow!("cannot open sqlite store {}: {e}", path.display()))?,
+                SqliteStore::open(path, SqliteOptions::default()).map_err(|e| {
+                    anyhow::anyhow!("cannot open sqlite store {}: {e}", path.display())
+                })?,
             ),
         })
     }
