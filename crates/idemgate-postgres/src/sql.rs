@@ -11,7 +11,7 @@ use crate::error::PostgresStoreError;
 pub(crate) const DEFAULT_TABLE: &str = "idempotency_records";
 
 /// Longest accepted identifier, in bytes: PostgreSQL's limit is 63, and the longest derived
-/// name (`<table>_completed_status_check`) adds 24.
+/// name (`<table>_completed_status_check`) adds 23 (one byte to spare).
 pub(crate) const MAX_IDENTIFIER_BYTES: usize = 39;
 
 /// The database clock, truncated to milliseconds.

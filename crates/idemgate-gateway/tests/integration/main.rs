@@ -1,1 +1,11 @@
-//! placeholder
+//! Gateway integration tests: the real server on `127.0.0.1:0` in front of a real upstream
+//! server that counts executions, and the real `idemgate` binary where a process must die.
+//! One test binary, one module per topic.
+
+mod cli;
+mod concurrency;
+mod contract;
+mod demo;
+mod failures;
+mod replay;
+mod support;

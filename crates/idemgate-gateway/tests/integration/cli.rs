@@ -1,0 +1,82 @@
+//! The `idemgate` binary's command line.
+
+use std::process::Command;
+
+fn idemgate(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn config_check_accepts_the_example() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/gateway.example.toml"
+    );
+    let (code, text) = idemgate(&["config", "check", example]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("ok"), "{text}");
+}
+
+#[test]
+fn config_check_reports_every_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(
+        &file,
+        "upstream = \"http://127.0.0.1:3000\"\nlisten = \"x\"\n[defaults]\nlease_ttl = \"forever\"\n[[routes]]\nroute = \"POST /p\"\nmismatch_status = 418\n",
+    )
+    .unwrap();
+    let (code, text) = idemgate(&["config", "check", file.to_str().unwrap()]);
+    assert_eq!(code, 2, "{text}");
+    for field in [
+        "listen:",
+        "defaults.lease_ttl:",
+        "routes[0].mismatch_status:",
+    ] {
+        assert!(text.contains(field), "{field} in {text}");
+    }
+    std::fs::write(
+        &file,
+        "upstream = \"http://127.0.0.1:3000\"\nstroe = \"memory://\"\n",
+    )
+    .unwrap();
+    let (code, text) = idemgate(&["config", "check", file.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(text.contains("stroe"), "{text}");
+}
+
+#[test]
+fn serve_names_bad_flags() {
+    let (code, text) = idemgate(&[
+        "serve",
+        "--upstream",
+        "http://127.0.0.1:1",
+        "--store",
+        "mysql://x",
+        "--listen",
+        "nope",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        text.contains("store:") && text.contains("listen:"),
+        "{text}"
+    );
+    let (code, text) = idemgate(&["serve"]);
+    assert_eq!(code, 2);
+    assert!(text.contains("upstream: missing"), "{text}");
+}
+
+#[test]
+fn purge_runs_on_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("p.db").display());
+    let (code, text) = idemgate(&["purge", "--store", &store, "--batch", "10"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("purged 0"), "{text}");
+}

@@ -1,0 +1,12 @@
+//! `idemgate demo`: every incident charges more than once without the gateway and exactly
+//! once with it.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_incident_charges_once_through_the_gateway() {
+    let incidents = idemgate_gateway::demo::run_incidents().await.unwrap();
+    assert_eq!(incidents.len(), 5);
+    for inc in incidents {
+        assert!(inc.without.charges > 1, "{}: {:?}", inc.name, inc.without);
+        assert_eq!(inc.with.charges, 1, "{}: {:?}", inc.name, inc.with);
+    }
+}

@@ -1,0 +1,218 @@
+//! Stores and upstreams that fail, and gateways that die.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_store_is_503_and_nothing_is_forwarded() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.db");
+    let store = format!("sqlite://{}", path.display());
+    let gw = gateway(&up.base, &store, |c| {
+        c.routes.push(idemgate_gateway::config::RouteConfig {
+            route: Some("POST /likes".into()),
+            fail_open: Some(true),
+            ..Default::default()
+        })
+    })
+    .await;
+    // Warm up: the schema exists and the store answers.
+    assert_eq!(
+        post(&gw.base, "/payments", Some(&key()), "{}")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+
+    let lock = rusqlite::Connection::open(&path).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let k = key();
+    let resp = post(&gw.base, "/payments", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.headers().get("retry-after").is_some());
+    assert_problem(resp, 503, "store-unavailable").await;
+    assert_eq!(up.count(), 1, "nothing forwarded unrecorded");
+    let likes = post(&gw.base, "/likes", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(likes.status(), 201, "fail_open routes are forwarded");
+    assert_eq!(up.count(), 2);
+
+    lock.execute_batch("ROLLBACK").unwrap();
+    let resp = post(&gw.base, "/payments", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201, "recovers without a restart");
+    assert_eq!(up.count(), 3);
+    let ready = client()
+        .get(format!("{}/readyz", gw.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+}
+
+#[tokio::test]
+async fn connection_failure_before_sending_releases_the_key() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let gw = gateway(&base, "memory://", |_| {}).await;
+    let k = key();
+    for _ in 0..2 {
+        let resp = post(&gw.base, "/payments", Some(&k), "{}")
+            .send()
+            .await
+            .unwrap();
+        // released each time: the retry is not told "previous attempt failed"
+        assert_problem(resp, 502, "upstream-unreachable").await;
+    }
+}
+
+#[tokio::test]
+async fn upstream_failure_after_sending_fails_the_key() {
+    let up = upstream().await;
+    let gw = memory_gateway(&up).await;
+    let k = key();
+    let resp = post(&gw.base, "/payments?broken=1", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(resp, 502, "upstream-response-failed").await;
+    let retry = post(&gw.base, "/payments?broken=1", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(retry, 500, "previous-attempt-failed").await;
+    assert_eq!(up.count(), 1);
+}
+
+#[tokio::test]
+async fn upstream_timeout_is_504_and_fails_the_key() {
+    let up = upstream().await;
+    let gw = gateway(&up.base, "memory://", |c| {
+        c.upstream_timeout = "200ms".into()
+    })
+    .await;
+    let k = key();
+    let resp = post(&gw.base, "/payments?delay_ms=1000", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(resp, 504, "upstream-timeout").await;
+    let retry = post(&gw.base, "/payments?delay_ms=1000", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(retry, 500, "previous-attempt-failed").await;
+    assert_eq!(up.count(), 1);
+}
+
+#[tokio::test]
+async fn admin_endpoints_answer() {
+    let up = upstream().await;
+    let gw = memory_gateway(&up).await;
+    post(&gw.base, "/payments", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    for (path, needle) in [
+        ("/healthz", "ok"),
+        ("/readyz", "ready"),
+        ("/metrics", "idempotency_requests_total"),
+    ] {
+        let resp = client()
+            .get(format!("{}{path}", gw.admin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        assert!(resp.text().await.unwrap().contains(needle), "{path}");
+    }
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn spawn_binary(listen: &str, upstream: &str, config: &std::path::Path) -> Process {
+    let child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args([
+            "serve",
+            "--listen",
+            listen,
+            "--admin-listen",
+            "",
+            "--upstream",
+            upstream,
+        ])
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(listen).await.is_ok() {
+            return Process(child);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the gateway did not start");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_holder_is_taken_over_after_its_lease() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "store = \"sqlite://{}\"\n[defaults]\nlease_ttl = \"1s\"\n",
+            dir.path().join("idemgate.db").display()
+        ),
+    )
+    .unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let base = format!("http://{listen}");
+    let k = key();
+    let path = "/payments?delay_ms=2000";
+
+    let mut gw = spawn_binary(&listen, &up.base, &config).await;
+    let first = tokio::spawn(post(&base, path, Some(&k), "{}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(up.count(), 1, "the first request reached the upstream");
+    gw.0.kill().unwrap(); // SIGKILL: no outcome is written, the lease is not renewed
+    gw.0.wait().unwrap();
+    assert!(first.await.unwrap().is_err());
+
+    let _gw = spawn_binary(&listen, &up.base, &config).await;
+    let resp = post(&base, path, Some(&k), "{}").send().await.unwrap();
+    assert_eq!(resp.status(), 409, "the dead holder's lease still counts");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let resp = post(&base, path, Some(&k), "{}").send().await.unwrap();
+    assert_eq!(resp.status(), 201, "taken over after the lease expired");
+    assert!(resp.headers().get("idempotent-replayed").is_none());
+    assert_eq!(up.count(), 2);
+    let replay = post(&base, path, Some(&k), "{}").send().await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+}

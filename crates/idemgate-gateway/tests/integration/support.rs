@@ -1,0 +1,216 @@
+//! A counting upstream, a gateway started in process, and a client.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use idemgate_gateway::config::Config;
+use tokio::sync::oneshot;
+
+/// An upstream that counts every request it receives and answers per query parameters:
+/// `status=N`, `delay_ms=N` (before answering), `bytes=N` (body size), `stream=1`
+/// (`text/event-stream`), `broken=1` (body breaks off after its first chunk).
+#[derive(Clone)]
+pub(crate) struct Upstream {
+    pub(crate) base: String,
+    pub(crate) executions: Arc<AtomicUsize>,
+    pub(crate) last_headers: Arc<Mutex<Option<HeaderMap>>>,
+}
+
+impl Upstream {
+    pub(crate) fn count(&self) -> usize {
+        self.executions.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn last_headers(&self) -> HeaderMap {
+        self.last_headers
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("upstream saw a request")
+    }
+}
+
+pub(crate) async fn upstream() -> Upstream {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = Upstream {
+        base: format!("http://{}", listener.local_addr().unwrap()),
+        executions: Arc::default(),
+        last_headers: Arc::default(),
+    };
+    let app = Router::new().fallback(handler).with_state(up.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    up
+}
+
+async fn handler(
+    State(up): State<Upstream>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let n = up.executions.fetch_add(1, Ordering::SeqCst) + 1;
+    *up.last_headers.lock().unwrap() = Some(headers);
+    let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = num("delay_ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let status = StatusCode::from_u16(num("status").unwrap_or(201) as u16).unwrap();
+    if q.contains_key("stream") {
+        let events = futures_util::stream::iter(
+            (0..3).map(|i| Ok::<_, std::io::Error>(Bytes::from(format!("data: event {i}\n\n")))),
+        );
+        return (
+            [("content-type", "text/event-stream")],
+            Body::from_stream(events),
+        )
+            .into_response();
+    }
+    if q.contains_key("broken") {
+        // The headers and a first chunk go out; 100 ms later the body breaks off.
+        let chunks = futures_util::stream::unfold(0, |i| async move {
+            match i {
+                0 => Some((Ok(Bytes::from_static(b"{\"partial\":")), 1)),
+                1 => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Some((Err(std::io::Error::other("upstream died mid-body")), 2))
+                }
+                _ => None,
+            }
+        });
+        return (status, Body::from_stream(chunks)).into_response();
+    }
+    let body = match num("bytes") {
+        Some(len) => Bytes::from(vec![b'x'; len as usize]),
+        None => Bytes::from(
+            serde_json::to_vec(&serde_json::json!({
+                "execution": n,
+                "received": String::from_utf8_lossy(&body),
+            }))
+            .unwrap(),
+        ),
+    };
+    (
+        status,
+        [
+            ("content-type", "application/json"),
+            ("location", "/payments/pay_1"),
+            ("etag", "\"v1\""),
+            ("set-cookie", "session=secret; HttpOnly"),
+            ("x-upstream", "yes"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A gateway running in this process.
+pub(crate) struct Gateway {
+    pub(crate) base: String,
+    pub(crate) admin: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Gateway {
+    /// Stops the gateway and waits until it has drained.
+    pub(crate) async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(10), &mut self.task)
+            .await
+            .expect("gateway stops")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Starts a gateway in front of `upstream` on `store`, after `edit` adjusts its config.
+pub(crate) async fn gateway(
+    upstream: &str,
+    store: &str,
+    edit: impl FnOnce(&mut Config),
+) -> Gateway {
+    let mut config = Config {
+        upstream: upstream.to_owned(),
+        store: store.to_owned(),
+        ..Config::default()
+    };
+    edit(&mut config);
+    let config = idemgate_gateway::cli::validated(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let admin_base = format!("http://{}", admin.local_addr().unwrap());
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(idemgate_gateway::server::run(
+        config,
+        listener,
+        Some(admin),
+        async {
+            let _ = rx.await;
+        },
+    ));
+    Gateway {
+        base,
+        admin: admin_base,
+        stop: Some(tx),
+        task,
+    }
+}
+
+/// A gateway on the in-memory store with default policy.
+pub(crate) async fn memory_gateway(upstream: &Upstream) -> Gateway {
+    gateway(&upstream.base, "memory://", |_| {}).await
+}
+
+pub(crate) fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+pub(crate) fn key() -> String {
+    format!("test-{:016x}", rand_u64())
+}
+
+pub(crate) fn rand_u64() -> u64 {
+    rand::random()
+}
+
+/// A POST as user alice, with `key` if given, a JSON body.
+pub(crate) fn post(
+    base: &str,
+    path: &str,
+    key: Option<&str>,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    let mut rb = client()
+        .post(format!("{base}{path}"))
+        .header("authorization", "Bearer alice")
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(k) = key {
+        rb = rb.header("idempotency-key", k);
+    }
+    rb
+}
+
+/// Asserts a problem+json answer with `status` whose type points at `#anchor`.
+pub(crate) async fn assert_problem(
+    resp: reqwest::Response,
+    status: u16,
+    anchor: &str,
+) -> serde_json::Value {
+    assert_eq!(resp.status().as_u16(), status);
+    assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    let ty = body["type"].as_str().unwrap();
+    assert!(ty.ends_with(&format!("docs/errors.md#{anchor}")), "{ty}");
+    assert_eq!(body["status"], status);
+    assert!(body["title"].is_string() && body["detail"].is_string());
+    body
+}
