@@ -202,7 +202,7 @@ fn unquote(raw: &[u8]) -> Result<Vec<u8>, KeyError> {
                 if trailing.is_empty() {
                     return Ok(out);
                 }
-                if trailing.iter().any(|&b| b == b',') {
+                if trailing.contains(&b',') {
                     return Err(KeyError::Merged);
                 }
                 return Err(KeyError::BadQuoting {

@@ -1,1 +1,118 @@
-//! idemgate-redis (under construction).
+//! idemgate's Redis store: [`RedisStore`], fast, on one server or Redis Cluster, with
+//! weaker guarantees than the SQL stores (see [Guarantees](#guarantees)).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use idemgate_core::fingerprint::{Fingerprint, CURRENT_VERSION};
+//! use idemgate_core::{
+//!     AcquireOutcome, AcquireRequest, DecisionPolicy, IdempotencyKey, IdempotencyStore,
+//!     LeaseToken, ScopedKey,
+//! };
+//! use idemgate_redis::RedisStore;
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = RedisStore::connect("redis://127.0.0.1:6379")
+//!     .await?
+//!     .with_key_prefix("idemgate:")?;
+//! for warning in store.check_server().await? {
+//!     eprintln!("warning: {warning}");
+//! }
+//!
+//! let request = AcquireRequest {
+//!     key: ScopedKey {
+//!         principal: "alice".into(),
+//!         route: "POST /payments".into(),
+//!         key: IdempotencyKey::new("8e03978e-40d5-43e8-bc93-6894a57f9324")?,
+//!     },
+//!     fingerprint: Fingerprint { version: CURRENT_VERSION, digest: [0; 32] },
+//!     token: LeaseToken::random(),
+//!     lease_ttl: Duration::from_secs(10),
+//!     record_ttl: Duration::from_secs(24 * 3600),
+//!     policy: DecisionPolicy::default(),
+//! };
+//! match store.acquire(&request).await? {
+//!     AcquireOutcome::Acquired { lease, .. } => {
+//!         // run the operation, then store its response:
+//!         // store.complete(&lease, &response).await?;
+//! #       let _ = lease;
+//!     }
+//!     AcquireOutcome::Existing { record, now } => {
+//!         // idemgate_core::decide(Some(&record), &request.fingerprint, now, &policy)
+//! #       let _ = (record, now);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - [`RedisStore`] (`store.rs`): the connection (a reconnecting
+//!   [`redis::aio::ConnectionManager`], or a [`redis::cluster_async::ClusterConnection`])
+//!   and the store primitives; [`RedisOptions`] and store URLs (`options.rs`).
+//! - `scripts/*.lua` (`scripts.rs`): one Lua script per primitive, each prefixed with
+//!   `scripts/common.lua`, run with `EVALSHA` (loaded again on `NOSCRIPT`).
+//! - `key.rs`: record keys. `record.rs`: record hashes to records.
+//! - [`RedisStore::check_server`] and [`ServerWarning`] (`check.rs`): the start-up check.
+//! - [`RedisStoreError`] (`error.rs`): errors and their classification into
+//!   [`idemgate_core::StoreError`].
+//!
+//! # State machine
+//! ```text
+//!             acquire (first)                 complete(fence, response)
+//!   (none) ───────────────────▶ in_progress ────────────────────────────▶ completed ──▶ (expired by Redis at expires_at)
+//!                                  │  │  fail(fence)
+//!                                  │  └──────────────────────────────────▶ failed ─────▶ (expired by Redis at expires_at)
+//!                                  │ release(fence): nothing happened, retry allowed
+//!                                  └──────────────────────────────────────▶ (none)
+//!           lease expired + same fingerprint: takeover → in_progress with fence+1
+//! ```
+//! The acquire script applies the core's rules ([`idemgate_core::engine::decide`] and
+//! [`idemgate_core::engine::apply_acquire`]) for `Insert` and `Takeover` and returns the
+//! record untouched otherwise; `renew`, `complete`, `fail` and `release` are
+//! compare-and-set on (state `in_progress`, fence, lease token, not expired).
+//!
+//! # Keys and records
+//! One record is one Redis hash, under `<prefix>{<hex SHA-256>}`: the digest covers the
+//! length-prefixed principal, route and key, so the scope stays exact, and the braces make
+//! it the cluster hash tag, so every operation touches one key on one slot. The prefix
+//! defaults to `idemgate:`. The hash holds the scope (compared on every read), the
+//! fingerprint, state, fence, lease, timestamps and the response (status, headers, raw
+//! body bytes); the key carries `PEXPIREAT expires_at`. All times are the server's (`TIME`
+//! inside the scripts), so gateways with skewed clocks agree (DESIGN.md, "Clocks").
+//!
+//! # Expiry and purge
+//! Redis deletes each record itself at its `expires_at`, so
+//! [`idemgate_core::IdempotencyStore::purge_expired`] has nothing to do and returns 0; an
+//! expired record reads as absent (the scripts also compare `expires_at` with `TIME`).
+//!
+//! # Guarantees
+//! A record is acknowledged once the primary executed the script, in memory. It can still
+//! be lost, and **a retry of a lost key runs the operation again**:
+//! - **persistence**: with `appendonly no`, a restart loses everything since the last RDB
+//!   snapshot; with `appendfsync everysec` (Redis' default when the AOF is on) a crash of
+//!   the machine loses up to about one second; only `appendfsync always` writes each
+//!   record to disk before answering;
+//! - **failover**: replication is asynchronous, so a replica promoted after the primary
+//!   died may miss the last records (`WAIT` would narrow the window, not close it);
+//! - **eviction**: under any `maxmemory-policy` but `noeviction`, a full server deletes
+//!   keys, and records (all with TTLs) are candidates even for `volatile-*` policies.
+//!
+//! Recommended: `maxmemory-policy noeviction` (a full server then refuses new records:
+//! [`idemgate_core::StoreError::Unavailable`], `503`, never a double execution),
+//! `appendonly yes`, and `appendfsync always` for the strongest guarantee or `everysec` as
+//! the usual trade-off. [`RedisStore::check_server`] reports the risky settings. For money,
+//! prefer the PostgreSQL store. See the crate's `README.md` for the operations guide.
+
+mod check;
+mod error;
+mod key;
+mod options;
+mod record;
+mod scripts;
+mod store;
+
+pub use check::ServerWarning;
+pub use error::{RedisStoreError, Result};
+pub use key::{DEFAULT_KEY_PREFIX, MAX_KEY_PREFIX_BYTES};
+pub use options::RedisOptions;
+pub use store::RedisStore;

@@ -50,6 +50,7 @@
 //! process; [`Synchronous::Full`] also through a power loss or OS crash, at the cost of an
 //! `fsync` per transaction.
 
+mod checkpoint;
 mod error;
 mod ops;
 mod options;

@@ -11,6 +11,7 @@ use idemgate_core::{
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::checkpoint::Checkpointer;
 use crate::error::{Result, SqliteStoreError};
 use crate::ops::{self, Completion};
 use crate::options::{SqliteLocation, SqliteOptions};
@@ -109,7 +110,8 @@ impl SqliteStore {
         };
         let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
         let (exited_tx, exited) = oneshot::channel();
-        let worker = Worker::new(conn, options.max_batch);
+        let checkpointer = if std::env::var_os("XX_NOBG").is_some() { None } else { path.as_deref().map(Checkpointer::spawn).transpose()? };
+        let worker = Worker::new(conn, checkpointer, options.max_batch);
         std::thread::Builder::new()
             .name("idemgate-sqlite".into())
             .spawn(move || worker.run(rx, exited_tx))

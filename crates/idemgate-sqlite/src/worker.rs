@@ -11,6 +11,7 @@ use idemgate_core::{
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::checkpoint::{Checkpointer, NUDGE_EVERY};
 use crate::error::{Result, SqliteStoreError};
 use crate::ops::{self, Completion};
 use crate::SqliteStats;
@@ -155,15 +156,24 @@ fn refuse(cmd: Command, void: &Void<'_>) {
 /// The store thread's state. Its buffers are reused from one batch to the next.
 pub(crate) struct Worker {
     conn: Connection,
+    checkpointer: Option<Checkpointer>,
+    /// Transactions since the checkpointer was last nudged.
+    commits: u32,
     max_batch: usize,
     batch: Vec<Command>,
     done: Vec<Done>,
 }
 
 impl Worker {
-    pub(crate) fn new(conn: Connection, max_batch: usize) -> Self {
+    pub(crate) fn new(
+        conn: Connection,
+        checkpointer: Option<Checkpointer>,
+        max_batch: usize,
+    ) -> Self {
         Self {
             conn,
+            checkpointer,
+            commits: 0,
             max_batch: max_batch.max(1),
             batch: Vec::with_capacity(max_batch.max(1)),
             done: Vec::with_capacity(max_batch.max(1)),
@@ -182,7 +192,16 @@ impl Worker {
                 }
             }
             self.run_batch();
+            self.commits += 1;
+            if self.commits >= NUDGE_EVERY {
+                self.commits = 0;
+                if let Some(c) = &self.checkpointer {
+                    c.nudge();
+                }
+            }
         }
+        // Stop the checkpointer first, so closing the last connection checkpoints.
+        drop(self.checkpointer.take());
         // Closing flushes the statement cache; in WAL mode the last connection to close
         // checkpoints and removes the -wal file. An error here has no one to report to.
         let _ = self.conn.close();

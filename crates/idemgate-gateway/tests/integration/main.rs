@@ -6,6 +6,8 @@ mod cli;
 mod concurrency;
 mod contract;
 mod demo;
+mod docs;
 mod failures;
+mod readme;
 mod replay;
 mod support;

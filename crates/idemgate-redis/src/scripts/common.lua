@@ -1,0 +1,38 @@
+-- Prepended to every idemgate script (see scripts.rs). One record is one Redis hash at
+-- KEYS[1]; every time is an integer in ms since the Unix epoch by the server's clock.
+--
+-- Fields: p r k (principal, route, key), fv fd (fingerprint version, 32-byte digest),
+-- st (in_progress | completed | failed), fe (fence), lt le (lease token, lease expiry),
+-- ca co ex (created, completed, expires), rs rh rb rr (status, encoded headers, body,
+-- replayable "1"/"0"). The key expires by itself at `ex` (PEXPIREAT).
+
+-- Redis 3.2 to 4: replicate the writes, not the script (TIME makes it non-deterministic).
+-- A no-op from Redis 5 on, where effects replication is the default (the only mode in 7).
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Integers as decimal strings (tostring would switch to exponents past 14 digits).
+local function int(n)
+  return string.format('%d', n)
+end
+
+-- The server time if the record at `key` is live, in_progress and owned by
+-- (fence, token), both given as decimal strings; false otherwise.
+local function held(key, fence, token)
+  local f = redis.call('HMGET', key, 'st', 'fe', 'lt', 'ex')
+  local now = now_ms()
+  if f[1] ~= 'in_progress' or f[2] ~= fence or f[3] ~= token then
+    return false
+  end
+  local ex = tonumber(f[4])
+  if ex == nil or now >= ex then
+    return false
+  end
+  return now
+end
