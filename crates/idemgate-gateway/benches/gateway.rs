@@ -10,7 +10,9 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -67,7 +69,10 @@ fn main() {
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 struct Stats {
@@ -105,17 +110,18 @@ async fn load(addr: SocketAddr, conns: usize, secs: u64, mode: Mode, tag: &str) 
             tokio::spawn(async move {
                 let stream = TcpStream::connect(addr).await.unwrap();
                 stream.set_nodelay(true).unwrap();
-                let (mut send, conn) = hyper::client::conn::http1::handshake(
-                    hyper_util::rt::TokioIo::new(stream),
-                )
-                .await
-                .unwrap();
+                let (mut send, conn) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                        .await
+                        .unwrap();
                 tokio::spawn(conn);
                 let mut lat = Vec::with_capacity(100_000);
                 let mut warm = mode == Mode::Replay;
                 while Instant::now() < deadline {
                     let key = match mode {
-                        Mode::Fresh => format!("bench-{tag}-{}", seq.fetch_add(1, Ordering::Relaxed)),
+                        Mode::Fresh => {
+                            format!("bench-{tag}-{}", seq.fetch_add(1, Ordering::Relaxed))
+                        }
                         Mode::Replay => format!("bench-replay-{tag}"),
                     };
                     let req = Request::post("/payments")
@@ -161,7 +167,10 @@ async fn load(addr: SocketAddr, conns: usize, secs: u64, mode: Mode, tag: &str) 
 fn start_upstream() -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
@@ -169,17 +178,21 @@ fn start_upstream() -> SocketAddr {
                 let (stream, _) = listener.accept().await.unwrap();
                 stream.set_nodelay(true).unwrap();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
-                        let _ = req.into_body().collect().await;
-                        Ok::<_, Infallible>(
-                            Response::builder()
-                                .status(201)
-                                .header("content-type", "application/json")
-                                .header("location", "/payments/pay_1")
-                                .body(Full::new(Bytes::from_static(br#"{"id":"pay_1","status":"succeeded"}"#)))
-                                .unwrap(),
-                        )
-                    });
+                    let svc = hyper::service::service_fn(
+                        |req: Request<hyper::body::Incoming>| async move {
+                            let _ = req.into_body().collect().await;
+                            Ok::<_, Infallible>(
+                                Response::builder()
+                                    .status(201)
+                                    .header("content-type", "application/json")
+                                    .header("location", "/payments/pay_1")
+                                    .body(Full::new(Bytes::from_static(
+                                        br#"{"id":"pay_1","status":"succeeded"}"#,
+                                    )))
+                                    .unwrap(),
+                            )
+                        },
+                    );
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                         .await;
@@ -197,7 +210,11 @@ struct Gateway {
 
 impl Gateway {
     fn start(upstream: SocketAddr, store: &str) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
             .args(["serve", "--admin-listen", ""])
@@ -219,8 +236,14 @@ impl Gateway {
 
     /// User + system CPU time of the gateway process, in seconds.
     fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
         let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
             + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
         ticks / 100.0
@@ -240,7 +263,8 @@ async fn rss_with_open_connections(gw: &Gateway, n: usize) -> f64 {
         held.push(TcpStream::connect(gw.addr).await.unwrap());
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.child.id())).unwrap_or_default();
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", gw.child.id())).unwrap_or_default();
     let kb: f64 = status
         .lines()
         .find(|l| l.starts_with("VmRSS:"))

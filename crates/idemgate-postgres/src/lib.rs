@@ -46,6 +46,7 @@
 //! # Layout
 //! - [`PostgresStore`] (`store.rs`): pool, configuration, the store primitives and
 //!   [`PostgresStore::complete_using`].
+//! - `acquire.rs`: the acquire loop (insert, read, decide, conditional update).
 //! - `sql.rs`: the SQL of every statement, built once per table name.
 //! - `migrate.rs` and `migrations/*.sql`: the embedded migrations ([`PostgresStore::migrate`]).
 //! - `row.rs`: rows to records. [`PostgresStoreError`] (`error.rs`): errors and their
@@ -73,6 +74,7 @@
 //! (all times `timestamptz`, in whole milliseconds), and an index on `expires_at` over
 //! every state for the purge. See `migrations/0001_idempotency_records.sql`.
 
+mod acquire;
 mod error;
 mod migrate;
 mod row;

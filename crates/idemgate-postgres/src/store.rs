@@ -5,22 +5,16 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idemgate_core::engine::{decide, Decision, LeaseExpiredPolicy};
 use idemgate_core::{
     AcquireOutcome, AcquireRequest, IdempotencyStore, Lease, ScopedKey, StoreError, StoredResponse,
     UnixMillis,
 };
-use sqlx::postgres::{PgPoolOptions, PgQueryResult, PgRow};
+use sqlx::postgres::{PgPoolOptions, PgQueryResult};
 use sqlx::{Executor, PgConnection, PgPool, Postgres, Row};
 
-use crate::error::{classify, PostgresStoreError, Result};
+use crate::error::{classify, Result};
 use crate::sql::{self, Statements, Table};
 use crate::{migrate, row};
-
-/// How many insert-read-update rounds `acquire` tries before it reports
-/// [`PostgresStoreError::Contention`]. Each failed round means another request changed the
-/// record between this one's read and its update.
-const MAX_ACQUIRE_ATTEMPTS: u32 = 64;
 
 /// Longest lease or record TTL passed to the database: 100 years, in ms. Longer durations
 /// are clamped to it.
@@ -36,9 +30,9 @@ const MAX_DURATION_MS: i64 = 100 * 365 * 86_400_000;
 /// Call [`PostgresStore::migrate`] once before use (at start-up or from `idemgate migrate`).
 #[derive(Clone)]
 pub struct PostgresStore {
-    pool: PgPool,
-    table: Arc<Table>,
-    sql: Arc<Statements>,
+    pub(crate) pool: PgPool,
+    pub(crate) table: Arc<Table>,
+    pub(crate) sql: Arc<Statements>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -50,7 +44,7 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
-fn millis(d: Duration) -> i64 {
+pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).map_or(MAX_DURATION_MS, |ms| ms.min(MAX_DURATION_MS))
 }
 
@@ -80,6 +74,8 @@ impl PostgresStore {
     /// # Errors
     /// [`PostgresStoreError::Sqlx`] if the URL is invalid or the server cannot be reached or
     /// refuses the login.
+    ///
+    /// [`PostgresStoreError::Sqlx`]: crate::PostgresStoreError::Sqlx
     pub async fn connect(url: &str) -> Result<Self> {
         Ok(Self::from_pool(Self::pool_options().connect(url).await?))
     }
@@ -105,6 +101,8 @@ impl PostgresStore {
     /// # Errors
     /// [`PostgresStoreError::InvalidIdentifier`] unless `name` is 1 to 39 bytes of `a-z`,
     /// `0-9` and `_`, not starting with a digit.
+    ///
+    /// [`PostgresStoreError::InvalidIdentifier`]: crate::PostgresStoreError::InvalidIdentifier
     pub fn with_table_name(self, name: &str) -> Result<Self> {
         sql::validate_identifier(name)?;
         let table = Table {
@@ -120,6 +118,8 @@ impl PostgresStore {
     /// # Errors
     /// [`PostgresStoreError::InvalidIdentifier`], with the rules of
     /// [`PostgresStore::with_table_name`].
+    ///
+    /// [`PostgresStoreError::InvalidIdentifier`]: crate::PostgresStoreError::InvalidIdentifier
     pub fn with_schema(self, schema: &str) -> Result<Self> {
         sql::validate_identifier(schema)?;
         let table = Table {
@@ -157,6 +157,9 @@ impl PostgresStore {
     /// [`PostgresStoreError::Sqlx`] if the database fails (nothing is applied then), or
     /// [`PostgresStoreError::MigrationChanged`] if an applied migration differs from the
     /// embedded one.
+    ///
+    /// [`PostgresStoreError::Sqlx`]: crate::PostgresStoreError::Sqlx
+    /// [`PostgresStoreError::MigrationChanged`]: crate::PostgresStoreError::MigrationChanged
     pub async fn migrate(&self) -> Result<()> {
         migrate::run(&self.pool, &self.table).await
     }
@@ -179,7 +182,7 @@ impl PostgresStore {
     /// #     -> Result<(), Box<dyn std::error::Error>> {
     /// let mut tx = store.pool().begin().await?;
     /// sqlx::query("INSERT INTO payments (amount) VALUES (10)").execute(&mut *tx).await?;
-    /// store.complete_using(&mut tx, lease, response).await?;
+    /// store.complete_using(&mut *tx, lease, response).await?;
     /// tx.commit().await?;
     /// # Ok(()) }
     /// ```
@@ -211,82 +214,12 @@ impl PostgresStore {
         // `Executor::execute` (a boxed future), so callers can spawn this future.
         held(executor.execute(query).await.map_err(classify)?)
     }
-
-    async fn acquire_inner(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        for _ in 0..MAX_ACQUIRE_ATTEMPTS {
-            let inserted = key_query(&self.sql.insert, &req.key)
-                .bind(req.fingerprint.digest.as_slice())
-                .bind(i32::from(req.fingerprint.version))
-                .bind(req.token.0)
-                .bind(millis(req.lease_ttl))
-                .bind(millis(req.record_ttl))
-                .fetch_optional(&self.pool)
-                .await?;
-            if let Some(row) = inserted {
-                return acquired(req, &row, false);
-            }
-            let Some(row) = self.read(&req.key).await? else {
-                continue; // released or purged since the insert: insert again
-            };
-            let (record, now) = row::record(&req.key, &row)?;
-            // The core's rules on the database clock; the update re-checks them in SQL.
-            let takeover = match decide(Some(&record), &req.fingerprint, now, &req.policy) {
-                Decision::Insert => false,
-                Decision::Takeover => true,
-                _ => return Ok(AcquireOutcome::Existing { record, now }),
-            };
-            let updated = self.take(takeover, req, record.fence).await?;
-            if let Some(row) = updated {
-                return acquired(req, &row, takeover);
-            }
-            // the record changed since the read: start over
-        }
-        Err(PostgresStoreError::Contention {
-            attempts: MAX_ACQUIRE_ATTEMPTS,
-        })
-    }
-
-    async fn read(&self, key: &ScopedKey) -> Result<Option<PgRow>> {
-        Ok(key_query(&self.sql.read, key)
-            .fetch_optional(&self.pool)
-            .await?)
-    }
-
-    /// Replaces the expired record (`takeover == false`) or takes over the record
-    /// (`takeover == true`), if it still has the `fence` that was read and the rules still
-    /// allow it. `None` when it changed meanwhile.
-    async fn take(
-        &self,
-        takeover: bool,
-        req: &AcquireRequest,
-        fence: i64,
-    ) -> Result<Option<PgRow>> {
-        let query = |sql| {
-            key_query(sql, &req.key)
-                .bind(req.fingerprint.digest.as_slice())
-                .bind(i32::from(req.fingerprint.version))
-                .bind(req.token.0)
-                .bind(millis(req.lease_ttl))
-        };
-        let query = if takeover {
-            query(&self.sql.takeover)
-                .bind(fence)
-                .bind(millis(req.policy.max_lease))
-                .bind(req.policy.lease_expired == LeaseExpiredPolicy::Takeover)
-                .bind(req.policy.retry_failed)
-        } else {
-            query(&self.sql.reinsert_expired)
-                .bind(millis(req.record_ttl))
-                .bind(fence)
-        };
-        Ok(query.fetch_optional(&self.pool).await?)
-    }
 }
 
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// `sql` with the key bound as `$1..$3`.
-fn key_query<'q>(sql: &'q str, key: &'q ScopedKey) -> PgQuery<'q> {
+pub(crate) fn key_query<'q>(sql: &'q str, key: &'q ScopedKey) -> PgQuery<'q> {
     sqlx::query(sql)
         .bind(key.principal.as_str())
         .bind(key.route.as_str())
@@ -306,17 +239,6 @@ fn held(done: PgQueryResult) -> Result<(), StoreError> {
         0 => Err(StoreError::LeaseLost),
         _ => Ok(()),
     }
-}
-
-/// The outcome of a row `RETURNING fence, lease_expires_at`.
-fn acquired(req: &AcquireRequest, row: &PgRow, takeover: bool) -> Result<AcquireOutcome> {
-    let lease = Lease {
-        key: req.key.clone(),
-        fence: row.try_get(0)?,
-        token: req.token,
-        expires_at: row.try_get(1)?,
-    };
-    Ok(AcquireOutcome::Acquired { lease, takeover })
 }
 
 // === impl IdempotencyStore for PostgresStore ===

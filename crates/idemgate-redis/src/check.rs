@@ -50,7 +50,11 @@ pub enum ServerWarning {
 
 impl fmt::Display for ServerWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let on = |node: &Option<String>| node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
+        let on = |node: &Option<String>| {
+            node.as_ref()
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default()
+        };
         match self {
             Self::Eviction { node, policy } => write!(
                 f,
@@ -64,7 +68,11 @@ impl fmt::Display for ServerWarning {
                 "appendonly is no{}: a restart loses the records written since {}; \
                  set appendonly yes",
                 on(node),
-                if *snapshots { "the last RDB snapshot" } else { "start-up (save is empty: no snapshots either)" }
+                if *snapshots {
+                    "the last RDB snapshot"
+                } else {
+                    "start-up (save is empty: no snapshots either)"
+                }
             ),
             Self::AppendFsyncNo { node } => write!(
                 f,
@@ -187,7 +195,10 @@ impl RedisStore {
     }
 
     /// Runs `cmd` on the server, or on every cluster primary: (node, reply) pairs.
-    async fn config_get(&self, cmd: &redis::Cmd) -> redis::RedisResult<Vec<(Option<String>, Value)>> {
+    async fn config_get(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<Vec<(Option<String>, Value)>> {
         match self.conn() {
             Conn::Single(mut c) => Ok(vec![(None, cmd.query_async(&mut c).await?)]),
             Conn::Cluster(mut c) => {
@@ -196,9 +207,7 @@ impl RedisStore {
                     Value::Map(per_node) => Ok(per_node
                         .into_iter()
                         .map(|(node, reply)| {
-                            let node = bytes(node)
-                                .ok()
-                                .and_then(|b| String::from_utf8(b).ok());
+                            let node = bytes(node).ok().and_then(|b| String::from_utf8(b).ok());
                             (node, reply)
                         })
                         .collect()),
@@ -233,7 +242,12 @@ mod tests {
 
     #[test]
     fn risky_settings_warn() {
-        for policy in ["volatile-lru", "volatile-ttl", "allkeys-lfu", "allkeys-random"] {
+        for policy in [
+            "volatile-lru",
+            "volatile-ttl",
+            "allkeys-lfu",
+            "allkeys-random",
+        ] {
             assert!(matches!(
                 config(policy, "yes", "everysec", "")[..],
                 [ServerWarning::Eviction { .. }]
@@ -241,11 +255,17 @@ mod tests {
         }
         assert_eq!(
             config("noeviction", "no", "everysec", ""),
-            vec![ServerWarning::NoAppendOnlyFile { node: None, snapshots: false }]
+            vec![ServerWarning::NoAppendOnlyFile {
+                node: None,
+                snapshots: false
+            }]
         );
         assert_eq!(
             config("noeviction", "no", "everysec", "3600 1 300 100"),
-            vec![ServerWarning::NoAppendOnlyFile { node: None, snapshots: true }]
+            vec![ServerWarning::NoAppendOnlyFile {
+                node: None,
+                snapshots: true
+            }]
         );
         assert_eq!(
             config("noeviction", "yes", "no", ""),

@@ -160,7 +160,11 @@ mod tests {
             assert!(matches!(ours, RedisStoreError::Redis(_)));
             assert!(source.source().unwrap().is::<RedisError>());
         }
-        for kind in [ErrorKind::ClusterDown, ErrorKind::MasterDown, ErrorKind::TryAgain] {
+        for kind in [
+            ErrorKind::ClusterDown,
+            ErrorKind::MasterDown,
+            ErrorKind::TryAgain,
+        ] {
             let e = RedisError::from((kind, "cluster trouble"));
             assert!(matches!(classify(e), StoreError::Unavailable(_)));
         }
@@ -184,7 +188,9 @@ mod tests {
             "WRONGTYPE".into(),
             Some("Operation against a key holding the wrong kind of value".into()),
         );
-        assert!(matches!(classify(e), StoreError::Corrupt { detail } if detail.contains("WRONGTYPE")));
+        assert!(
+            matches!(classify(e), StoreError::Corrupt { detail } if detail.contains("WRONGTYPE"))
+        );
     }
 
     #[test]

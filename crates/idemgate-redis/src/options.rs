@@ -201,7 +201,10 @@ mod tests {
         );
         assert_eq!(
             parse_url("rediss+cluster://app:p%40ss@a:1, b:2").unwrap(),
-            Target::Cluster(vec!["rediss://app:p%40ss@a:1".into(), "rediss://app:p%40ss@b:2".into()])
+            Target::Cluster(vec![
+                "rediss://app:p%40ss@a:1".into(),
+                "rediss://app:p%40ss@b:2".into()
+            ])
         );
     }
 
@@ -216,7 +219,9 @@ mod tests {
             let err = parse_url(url).unwrap_err();
             assert!(matches!(err, RedisStoreError::InvalidUrl { .. }), "{url}");
         }
-        let err = parse_url("memcached://secret@host").unwrap_err().to_string();
+        let err = parse_url("memcached://secret@host")
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("secret"), "{err}");
     }
 }

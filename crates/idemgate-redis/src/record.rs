@@ -7,7 +7,7 @@ use idemgate_core::{
 };
 use redis::Value;
 
-use crate::error::{corrupt, unexpected, RedisStoreError, Result};
+use crate::error::{corrupt, unexpected, Result};
 
 /// The fields of one record hash, as `HGETALL` returned them.
 #[derive(Debug, Default)]
@@ -92,13 +92,18 @@ impl Fields {
             Some(key.key.as_str().as_bytes()),
         );
         if scope != expected {
-            return Err(corrupt("the record stored under this key has another scope"));
+            return Err(corrupt(
+                "the record stored under this key has another scope",
+            ));
         }
         let digest = self.get("fd").unwrap_or_default();
         let fingerprint = Fingerprint {
             version: self.int("fv")?,
             digest: digest.try_into().map_err(|_| {
-                corrupt(format!("fingerprint digest is {} bytes, not 32", digest.len()))
+                corrupt(format!(
+                    "fingerprint digest is {} bytes, not 32",
+                    digest.len()
+                ))
             })?,
         };
         let state = self.text("st")?;
@@ -172,6 +177,7 @@ mod tests {
     use idemgate_core::IdempotencyKey;
 
     use super::*;
+    use crate::error::RedisStoreError;
 
     fn key() -> ScopedKey {
         ScopedKey {
@@ -252,7 +258,10 @@ mod tests {
                 .unwrap()
                 .into_record(&key())
                 .unwrap_err();
-            assert!(matches!(err, RedisStoreError::Corrupt { .. }), "{field}: {err}");
+            assert!(
+                matches!(err, RedisStoreError::Corrupt { .. }),
+                "{field}: {err}"
+            );
         }
         let mut completed = base();
         completed.retain(|(f, _)| *f != "st");

@@ -136,7 +136,10 @@ impl RedisStore {
     /// [`crate::RedisStoreError::InvalidUrl`] if `nodes` is empty;
     /// [`crate::RedisStoreError::Redis`] if no node can be reached or the cluster cannot
     /// report its slots.
-    pub async fn connect_cluster<S: AsRef<str>>(nodes: &[S], options: &RedisOptions) -> Result<Self> {
+    pub async fn connect_cluster<S: AsRef<str>>(
+        nodes: &[S],
+        options: &RedisOptions,
+    ) -> Result<Self> {
         let nodes: Vec<String> = nodes.iter().map(|n| n.as_ref().to_owned()).collect();
         Ok(Self::from_conn(Conn::Cluster(
             connect_cluster(&nodes, options).await?,

@@ -5,15 +5,13 @@
 //! cargo run --release -p idemgate-sqlite --example bench [-- OPS]
 //! ```
 
-// A benchmark measures elapsed time; Instant is the right clock here.
-#![allow(clippy::disallowed_types)]
-
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idemgate_core::testing::{fp, request, response, unique_key};
 use idemgate_core::{AcquireOutcome, IdempotencyStore};
 use idemgate_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(86_400);

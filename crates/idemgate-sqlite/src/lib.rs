@@ -5,7 +5,9 @@
 //! user_version`, in one transaction). One OS thread owns the connection and runs the store
 //! operations: `acquire` reads the row and applies [`idemgate_core::engine::apply_acquire`]
 //! inside `BEGIN IMMEDIATE`; `renew`, `complete`, `fail` and `release` are single statements
-//! that compare-and-set on (state, fence, lease token, `expires_at`).
+//! that compare-and-set on (state, fence, lease token, `expires_at`). Commands queued
+//! together share one transaction (one commit), and a second thread checkpoints the WAL
+//! into the database file, so the store thread never pays for it.
 //!
 //! ```
 //! use std::time::Duration;

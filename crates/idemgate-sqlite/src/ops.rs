@@ -80,8 +80,8 @@ pub(crate) struct Completion {
 /// Reads the row, lets the engine decide, writes its verdict. The caller wraps this in a
 /// `BEGIN IMMEDIATE` transaction, so the read and the write are one atomic step.
 pub(crate) fn acquire(conn: &Connection, req: &AcquireRequest) -> Result<AcquireOutcome> {
-    let current = read(conn, &req.key)?;
     let now = now_millis();
+    let current = read(conn, &req.key, now)?;
     let (row, outcome) = apply_acquire(current, req, now);
     if let Some(row) = row {
         write(conn, &row)?;
@@ -155,7 +155,7 @@ pub(crate) fn release(conn: &Connection, lease: &Lease) -> Result<bool> {
 /// The live record for `key` (an expired one reads as `None`).
 pub(crate) fn get(conn: &Connection, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
     let now = now_millis();
-    Ok(read(conn, key)?.filter(|r| now < r.expires_at))
+    Ok(read(conn, key, now)?.filter(|r| now < r.expires_at))
 }
 
 /// Deletes at most `batch` expired records, returning how many.
@@ -189,13 +189,22 @@ pub(crate) fn stats(conn: &Connection) -> Result<SqliteStats> {
 
 // === rows ===
 
-/// Reads the row for `key`, expired or not.
-fn read(conn: &Connection, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
+/// Reads the row for `key`, expired or not. A row that cannot be decoded is an error, unless
+/// it has expired by `now`: an expired record counts as absent, so it reads as `None` (and
+/// an acquire replaces it, as it would any expired record).
+fn read(conn: &Connection, key: &ScopedKey, now: UnixMillis) -> Result<Option<IdempotencyRecord>> {
     let mut stmt = conn.prepare_cached(SELECT)?;
     let mut rows = stmt.query(params![key.principal, key.route, key.key.as_str()])?;
-    match rows.next()? {
-        Some(row) => decode(row, key).map(Some),
-        None => Ok(None),
+    let Some(row) = rows.next()? else {
+        return Ok(None);
+    };
+    match decode(row, key) {
+        Err(SqliteStoreError::Corrupt { .. })
+            if col::<i64>(row, 12, "expires_at").is_ok_and(|at| at <= now) =>
+        {
+            Ok(None)
+        }
+        decoded => decoded.map(Some),
     }
 }
 

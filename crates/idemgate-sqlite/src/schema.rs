@@ -32,7 +32,7 @@ pub(crate) fn open_writer(
         let _mode: String =
             conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
         // Checkpoints run on their own thread (crate::checkpoint); this is the safety net.
-        if std::env::var_os("XX_NOBG").is_none() { conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)?; }
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)?;
         // When the WAL restarts, trim its file back to 64 MiB.
         conn.pragma_update(None, "journal_size_limit", 64i64 << 20)?;
     }

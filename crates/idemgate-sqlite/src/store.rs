@@ -33,8 +33,9 @@ use crate::worker::{Command, Reply, Worker};
 /// # Errors
 /// Every operation fails with [`StoreError::Unavailable`] when the queue is full, the thread
 /// has stopped, or the database stays locked by another process for longer than
-/// [`SqliteOptions::busy_timeout`]; with [`StoreError::Corrupt`] when a stored row cannot be
-/// decoded (the row is left untouched); the source of the error is a [`SqliteStoreError`].
+/// [`SqliteOptions::busy_timeout`]; with [`StoreError::Corrupt`] when a live stored row
+/// cannot be decoded (the row is left untouched; once past its `expires_at` it counts as
+/// absent, like any expired record). The source of the error is a [`SqliteStoreError`].
 ///
 /// # Cancel safety
 /// Dropping an operation's future does not cancel a command already queued: it still runs.
@@ -110,7 +111,7 @@ impl SqliteStore {
         };
         let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
         let (exited_tx, exited) = oneshot::channel();
-        let checkpointer = if std::env::var_os("XX_NOBG").is_some() { None } else { path.as_deref().map(Checkpointer::spawn).transpose()? };
+        let checkpointer = path.as_deref().map(Checkpointer::spawn).transpose()?;
         let worker = Worker::new(conn, checkpointer, options.max_batch);
         std::thread::Builder::new()
             .name("idemgate-sqlite".into())

@@ -157,8 +157,8 @@ fn refuse(cmd: Command, void: &Void<'_>) {
 pub(crate) struct Worker {
     conn: Connection,
     checkpointer: Option<Checkpointer>,
-    /// Transactions since the checkpointer was last nudged.
-    commits: u32,
+    /// Batches run since the checkpointer was last nudged.
+    since_nudge: u32,
     max_batch: usize,
     batch: Vec<Command>,
     done: Vec<Done>,
@@ -173,7 +173,7 @@ impl Worker {
         Self {
             conn,
             checkpointer,
-            commits: 0,
+            since_nudge: 0,
             max_batch: max_batch.max(1),
             batch: Vec::with_capacity(max_batch.max(1)),
             done: Vec::with_capacity(max_batch.max(1)),
@@ -192,9 +192,9 @@ impl Worker {
                 }
             }
             self.run_batch();
-            self.commits += 1;
-            if self.commits >= NUDGE_EVERY {
-                self.commits = 0;
+            self.since_nudge += 1;
+            if self.since_nudge >= NUDGE_EVERY {
+                self.since_nudge = 0;
                 if let Some(c) = &self.checkpointer {
                     c.nudge();
                 }

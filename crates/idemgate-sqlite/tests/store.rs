@@ -5,12 +5,13 @@ mod common;
 
 use std::error::Error as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::TempStore;
 use idemgate_core::testing::{fp, request, response, unique_key};
 use idemgate_core::{AcquireOutcome, IdempotencyStore, Lease, RecordState, ScopedKey, StoreError};
 use idemgate_sqlite::{SqliteLocation, SqliteOptions, SqliteStore, SqliteStoreError};
+use tokio::time::Instant;
 
 const LONG: Duration = Duration::from_secs(60);
 const DAY: Duration = Duration::from_secs(86_400);
@@ -53,6 +54,8 @@ async fn completed_record_survives_reopen() {
     assert_eq!(after.response.as_ref(), Some(&resp));
     assert_eq!(after.state, RecordState::Completed);
     store.close().await;
+    // the last connection to close checkpointed the WAL into the file and removed it
+    assert!(!dir.path().join("idemgate.db-wal").exists());
 
     // a third open after a clean close: the schema is not migrated twice
     let store = SqliteStore::from_url(
@@ -136,6 +139,21 @@ async fn corrupt_row_is_reported_and_left_alone() {
     // other records are unaffected
     let other = unique_key("alice");
     acquire(&s, &other).await;
+
+    // once expired, the corrupt record counts as absent like any other, and is replaced
+    raw.execute(
+        "UPDATE idempotency_records SET expires_at = 1
+         WHERE principal = ?1 AND route = ?2 AND key = ?3",
+        (p, r, key),
+    )
+    .unwrap();
+    assert!(s.get(&k).await.unwrap().is_none());
+    let lease = acquire(&s, &k).await;
+    s.complete(&lease, &response(2)).await.unwrap();
+    assert_eq!(
+        s.get(&k).await.unwrap().unwrap().response,
+        Some(response(2))
+    );
 }
 
 #[tokio::test]
@@ -386,4 +404,22 @@ async fn not_a_database_fails_to_open() {
     std::fs::write(&path, vec![0x5a; 8192]).unwrap();
     let err = SqliteStore::open(&path, SqliteOptions::default()).unwrap_err();
     assert!(matches!(err, SqliteStoreError::Sqlite(_)), "{err:?}");
+}
+
+/// The checkpointer thread copies the WAL into the database file while the store runs (the
+/// writer's own automatic checkpoint would wait for 8192 pages).
+#[tokio::test]
+async fn wal_is_checkpointed_in_the_background() {
+    let s = TempStore::open(SqliteOptions::default());
+    let size = || std::fs::metadata(s.db_path()).unwrap().len();
+    let initial = size();
+    for _ in 0..300 {
+        let lease = acquire(&s, &unique_key("alice")).await;
+        s.complete(&lease, &response(100)).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while size() <= initial {
+        assert!(Instant::now() < deadline, "no checkpoint within 5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -242,7 +242,7 @@ where
     // A record can change between the store's read and our decision (released, expired);
     // then the decision says "run" and we try again.
     for _ in 0..3 {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let outcome = store.acquire(&acquire).await;
         metrics::histogram!("idempotency_store_duration_seconds", "op" => "acquire", "backend" => store.backend())
             .record(started.elapsed().as_secs_f64());

@@ -25,6 +25,9 @@ fn every_problem_anchor_is_documented() {
     anchors.dedup();
     assert!(anchors.len() >= 14, "found {anchors:?}");
     for a in anchors {
-        assert!(doc.contains(&format!("\n## {a}\n")), "docs/errors.md has no section `## {a}`");
+        assert!(
+            doc.contains(&format!("\n## {a}\n")),
+            "docs/errors.md has no section `## {a}`"
+        );
     }
 }

@@ -14,7 +14,11 @@ impl Drop for Process {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn start(args: &[&str], port: u16) -> Process {
@@ -46,7 +50,11 @@ fn example_blocks(readme: &str) -> Vec<(String, Vec<String>)> {
         .map(|block| {
             let block = block.split("```").next().unwrap();
             let mut lines = block.lines();
-            let cmd = lines.next().unwrap().strip_prefix("$ ").expect("a block starts with `$ `");
+            let cmd = lines
+                .next()
+                .unwrap()
+                .strip_prefix("$ ")
+                .expect("a block starts with `$ `");
             (cmd.to_owned(), lines.map(str::to_owned).collect())
         })
         .collect()
@@ -58,7 +66,8 @@ fn readme_example_is_what_a_user_gets() {
         Command::new("curl").arg("--version").output().is_ok(),
         "curl is needed to run the README's example"
     );
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
     let blocks = example_blocks(&readme);
     assert!(blocks.len() >= 5, "found {} example blocks", blocks.len());
 
@@ -88,10 +97,9 @@ fn readme_example_is_what_a_user_gets() {
         let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
         let got: Vec<&str> = text.lines().collect();
         for want in &expected {
-            let found = got.iter().any(|g| {
-                g == want
-                    || (want.contains(": ") && g.eq_ignore_ascii_case(want))
-            });
+            let found = got
+                .iter()
+                .any(|g| g == want || (want.contains(": ") && g.eq_ignore_ascii_case(want)));
             assert!(found, "`{cmd}`\nmissing line: {want}\ngot:\n{text}");
         }
     }

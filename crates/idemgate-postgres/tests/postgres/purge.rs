@@ -72,14 +72,14 @@ async fn acquire_loop(store: PostgresStore, stop: Arc<AtomicBool>, start: usize)
     latencies
 }
 
-fn summary(mut latencies: Vec<Duration>) -> String {
+fn summary(mut latencies: Vec<Duration>, what: &str) -> String {
     latencies.sort();
     if latencies.is_empty() {
         return "no samples".into();
     }
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
     format!(
-        "{} acquires, median {:?}, p99 {:?}, max {:?}",
+        "{} {what}, median {:?}, p99 {:?}, max {:?}",
         latencies.len(),
         at(0.5),
         at(0.99),
@@ -132,8 +132,9 @@ async fn purge_many_expired_rows_while_acquiring() {
     let stop = Arc::new(AtomicBool::new(false));
     let during = tokio::spawn(acquire_loop(store.clone(), stop.clone(), before));
     let began = Instant::now();
-    let (mut purged, mut batches) = (0, 0);
+    let (mut purged, mut batch_times) = (0, Vec::new());
     loop {
+        let batch_began = Instant::now();
         let n = store
             .purge_expired(NonZeroU32::new(BATCH).unwrap())
             .await
@@ -141,22 +142,34 @@ async fn purge_many_expired_rows_while_acquiring() {
         if n == 0 {
             break;
         }
+        batch_times.push(batch_began.elapsed());
         purged += n;
-        batches += 1;
     }
     let elapsed = began.elapsed();
     stop.store(true, Ordering::Relaxed);
     let during = during.await.unwrap();
     let acquired_during = during.len();
+    let batches = batch_times.len();
     println!(
         "purge: {purged} rows in {batches} batches of {BATCH} in {elapsed:?} ({:.0} rows/s)",
         purged as f64 / elapsed.as_secs_f64()
     );
+    let tenth = (batches / 10).max(1);
+    let mean = |times: &[Duration]| times.iter().sum::<Duration>() / times.len().max(1) as u32;
+    println!(
+        "purge: mean batch time, first tenth {:?}, last tenth {:?}; {}",
+        mean(&batch_times[..tenth.min(batches)]),
+        mean(&batch_times[batches.saturating_sub(tenth)..]),
+        summary(batch_times, "batches"),
+    );
     println!(
         "purge: acquire latency without purge: {}",
-        summary(baseline)
+        summary(baseline, "acquires")
     );
-    println!("purge: acquire latency during purge:  {}", summary(during));
+    println!(
+        "purge: acquire latency during purge:  {}",
+        summary(during, "acquires")
+    );
 
     assert_eq!(purged, rows as u64);
     assert_eq!(count(&store, "key LIKE 'expired-%'").await, 0);

@@ -1,0 +1,114 @@
+//! Expiry is Redis' own: `PEXPIREAT` at `expires_at`, judged by the server clock.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use idemgate_core::testing::{fp, request, response, unique_key};
+use idemgate_core::{IdempotencyStore, RecordState};
+use redis::AsyncCommands;
+
+use crate::{acquired, common, existing, DAY, LONG};
+
+#[tokio::test]
+async fn the_key_expires_at_expires_at() {
+    let Some(store) = common::fresh_store().await else {
+        return;
+    };
+    let mut raw = common::raw(&common::url().unwrap()).await;
+    let k = unique_key("alice");
+    let ttl = Duration::from_secs(3600);
+    let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
+    let rec = store.get(&k).await.unwrap().unwrap();
+    let key = store.record_key(&k);
+    let expire_time: i64 = redis::cmd("PEXPIRETIME")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        expire_time, rec.expires_at,
+        "PEXPIREAT is the record's expires_at"
+    );
+    assert_eq!(rec.expires_at - rec.created_at, 3_600_000);
+    // complete, renew and takeover keep the expiry
+    store.renew(&lease, LONG).await.unwrap();
+    store.complete(&lease, &response(1)).await.unwrap();
+    let pttl: i64 = raw.pttl(&key).await.unwrap();
+    assert!(pttl > 3_590_000 && pttl <= 3_600_000, "{pttl}");
+    let kind: String = redis::cmd("TYPE")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(kind, "hash");
+}
+
+/// What `purge_in_batches` of the conformance suite checks, for a store whose expiry is
+/// native: expired records read as absent and are gone from Redis, purge has nothing to
+/// delete, live records stay.
+#[tokio::test]
+async fn purge_is_native() {
+    let Some(store) = common::fresh_store().await else {
+        return;
+    };
+    let mut raw = common::raw(&common::url().unwrap()).await;
+    let ttl = Duration::from_millis(200);
+    let live = unique_key("alice");
+    acquired(
+        store
+            .acquire(&request(&live, fp(1), LONG, DAY))
+            .await
+            .unwrap(),
+    );
+    let mut expired = Vec::new();
+    for _ in 0..7 {
+        let k = unique_key("alice");
+        let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
+        store.complete(&lease, &response(10)).await.unwrap();
+        expired.push(k);
+    }
+    tokio::time::sleep(ttl + Duration::from_millis(150)).await;
+    for k in &expired {
+        assert!(store.get(k).await.unwrap().is_none());
+        let exists: bool = raw.exists(store.record_key(k)).await.unwrap();
+        assert!(!exists, "Redis dropped the key itself");
+    }
+    assert_eq!(
+        store
+            .purge_expired(NonZeroU32::new(3).unwrap())
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(store.get(&live).await.unwrap().is_some());
+}
+
+/// The window between `expires_at` and Redis dropping the key (here: forever, after
+/// `PERSIST`): the record still reads as absent, and acquire inserts anew with fence + 1.
+#[tokio::test]
+async fn an_expired_record_redis_still_holds_counts_as_absent() {
+    let Some(store) = common::fresh_store().await else {
+        return;
+    };
+    let mut raw = common::raw(&common::url().unwrap()).await;
+    let k = unique_key("alice");
+    let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
+    store.complete(&lease, &response(1)).await.unwrap();
+    let key = store.record_key(&k);
+    let _: bool = raw.persist(&key).await.unwrap();
+    let _: i64 = raw.hset(&key, "ex", 1_000).await.unwrap();
+    assert!(store.get(&k).await.unwrap().is_none());
+    // a different fingerprint is not a mismatch: the old record no longer counts
+    let (again, takeover) = acquired(store.acquire(&request(&k, fp(2), LONG, DAY)).await.unwrap());
+    assert!(!takeover);
+    assert_eq!(again.fence, lease.fence + 1);
+    let rec = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.fingerprint),
+        (RecordState::InProgress, fp(2))
+    );
+    assert_eq!(rec.response, None, "nothing of the old record is left");
+    let pttl: i64 = raw.pttl(&key).await.unwrap();
+    assert!(pttl > 86_000_000, "the new record expires again: {pttl}");
+    existing(store.acquire(&request(&k, fp(2), LONG, DAY)).await.unwrap());
+}
