@@ -131,12 +131,19 @@ pub fn apply_acquire(
 ) -> (Option<IdempotencyRecord>, AcquireOutcome) {
     let decision = decide(current.as_ref(), &req.fingerprint, now, &req.policy);
     let lease_expires_at = now.saturating_add(req.lease_ttl.as_millis() as i64);
+    let record_expires_at = now
+        .saturating_add(req.record_ttl.as_millis() as i64)
+        .max(lease_expires_at);
+    // A record never expires under a live lease: expiry would let a retry run while the
+    // holder still works. Takeover and renewal push `expires_at` to at least the lease's end.
     let (fence, created_at, expires_at) = match (decision, &current) {
-        (Decision::Insert, None) => (1, now, now + req.record_ttl.as_millis() as i64),
-        (Decision::Insert, Some(old)) => {
-            (old.fence + 1, now, now + req.record_ttl.as_millis() as i64)
-        }
-        (Decision::Takeover, Some(old)) => (old.fence + 1, old.created_at, old.expires_at),
+        (Decision::Insert, None) => (1, now, record_expires_at),
+        (Decision::Insert, Some(old)) => (old.fence + 1, now, record_expires_at),
+        (Decision::Takeover, Some(old)) => (
+            old.fence + 1,
+            old.created_at,
+            old.expires_at.max(lease_expires_at),
+        ),
         (_, Some(old)) => {
             return (
                 None,

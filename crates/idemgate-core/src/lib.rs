@@ -41,6 +41,7 @@ pub use key::{IdempotencyKey, KeyError};
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;
 pub use record::{
-    IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse, UnixMillis,
+    now_millis, IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse,
+    UnixMillis,
 };
 pub use store::{AcquireOutcome, AcquireRequest, BoxError, IdempotencyStore, StoreError};

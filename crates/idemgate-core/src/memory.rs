@@ -4,19 +4,13 @@
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::engine::apply_acquire;
 use crate::record::{IdempotencyRecord, Lease, RecordState, ScopedKey, StoredResponse, UnixMillis};
 use crate::store::{AcquireOutcome, AcquireRequest, IdempotencyStore, Result, StoreError};
 
-/// The current wall-clock time in ms since the Unix epoch.
-pub fn now_millis() -> UnixMillis {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use crate::record::now_millis;
 
 /// True when `record` is live, `in_progress` and owned by `lease`.
 pub fn holds(record: &IdempotencyRecord, lease: &Lease, now: UnixMillis) -> bool {
@@ -86,6 +80,7 @@ impl IdempotencyStore for MemoryStore {
             let until = now + lease_ttl.as_millis() as i64;
             if let Some(r) = map.get_mut(&lease.key) {
                 r.lease_expires_at = Some(until);
+                r.expires_at = r.expires_at.max(until);
             }
             until
         })

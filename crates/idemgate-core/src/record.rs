@@ -10,6 +10,15 @@ use crate::key::IdempotencyKey;
 /// Milliseconds since the Unix epoch, by the store's clock.
 pub type UnixMillis = i64;
 
+/// The process's wall-clock time in ms since the Unix epoch: the clock of stores that run
+/// in the process (memory, SQLite). Stores with a server use the server's clock instead.
+pub fn now_millis() -> UnixMillis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 /// What identifies a record: (principal, route template, idempotency key). One caller can
 /// never see another caller's record, and a key for `/payments` never replays on `/refunds`.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]

@@ -89,7 +89,8 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// returns the live record. Never fails with "race lost but row missing".
     fn acquire(&self, req: &AcquireRequest) -> impl Future<Output = Result<AcquireOutcome>> + Send;
 
-    /// Extends a held lease to now + `lease_ttl`; returns the new expiry.
+    /// Extends a held lease to now + `lease_ttl`, and the record's `expires_at` to at least
+    /// that (a record never expires under a live lease); returns the new lease expiry.
     ///
     /// # Errors
     /// [`StoreError::LeaseLost`] if the lease is stale.

@@ -5,7 +5,8 @@
 //! idemgate_core::store_conformance!(my_crate_tests::make_store);
 //! ```
 //! where `make_store` is an `async fn() -> Option<impl IdempotencyStore>` that returns a store with
-//! its own namespace (table, schema or key prefix), so runs never collide. Each case becomes
+//! its own namespace (table, schema or key prefix) for each call: the purge cases count every
+//! expired record the store holds, so cases must not share one. Each case becomes
 //! one `#[tokio::test]`. Lease and TTL expiry use short real durations, because SQL and Redis
 //! stores judge time by their own clock.
 
@@ -53,6 +54,8 @@ pub fn request(key: &ScopedKey, f: Fingerprint, lease: Duration, ttl: Duration) 
 const LONG: Duration = Duration::from_secs(60);
 const DAY: Duration = Duration::from_secs(86_400);
 const SHORT_LEASE: Duration = Duration::from_millis(300);
+/// A lease shorter than the short TTLs below: a record never expires under a live lease.
+const TINY_LEASE: Duration = Duration::from_millis(100);
 
 fn acquired(o: AcquireOutcome) -> (Lease, bool) {
     match o {
@@ -221,6 +224,72 @@ pub async fn renewal_prevents_takeover<S: IdempotencyStore>(s: S) {
     s.complete(&lease, &response(1)).await.unwrap();
 }
 
+/// A holder that renews past the record's TTL keeps its record: it never expires under a
+/// live lease, so no retry can run while the holder still works.
+pub async fn renewal_outlives_record_ttl<S: IdempotencyStore>(s: S) {
+    let k = unique_key("alice");
+    let ttl = Duration::from_millis(300);
+    let (lease, _) = acquired(
+        s.acquire(&request(&k, fp(1), SHORT_LEASE, ttl))
+            .await
+            .unwrap(),
+    );
+    for _ in 0..4 {
+        tokio::time::sleep(SHORT_LEASE / 3).await;
+        s.renew(&lease, SHORT_LEASE).await.unwrap();
+    }
+    // 400 ms after acquire: past the record's TTL, within the renewed lease
+    assert!(
+        s.get(&k).await.unwrap().is_some(),
+        "record alive under a live lease"
+    );
+    existing(s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
+    s.complete(&lease, &response(1)).await.unwrap();
+}
+
+/// Concurrent takeovers of an expired lease, and concurrent re-acquires of an expired
+/// record: exactly one winner each time.
+pub async fn concurrent_takeover_has_one_winner<S: IdempotencyStore>(s: S) {
+    let s = Arc::new(s);
+    let race = |k: ScopedKey, lease: Duration, ttl: Duration| {
+        let s = s.clone();
+        async move {
+            let tasks: Vec<_> = (0..16)
+                .map(|_| {
+                    let (s, k) = (s.clone(), k.clone());
+                    tokio::spawn(async move { s.acquire(&request(&k, fp(1), lease, ttl)).await })
+                })
+                .collect();
+            let mut winners = 0;
+            for t in tasks {
+                if let AcquireOutcome::Acquired { .. } = t.await.unwrap().unwrap() {
+                    winners += 1;
+                }
+            }
+            winners
+        }
+    };
+    let k = unique_key("alice");
+    acquired(
+        s.acquire(&request(&k, fp(1), SHORT_LEASE, DAY))
+            .await
+            .unwrap(),
+    );
+    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(150)).await;
+    assert_eq!(race(k, LONG, DAY).await, 1, "one takeover");
+
+    let k = unique_key("alice");
+    let ttl = Duration::from_millis(300);
+    let (lease, _) = acquired(
+        s.acquire(&request(&k, fp(1), TINY_LEASE, ttl))
+            .await
+            .unwrap(),
+    );
+    s.complete(&lease, &response(1)).await.unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(150)).await;
+    assert_eq!(race(k, LONG, DAY).await, 1, "one re-acquire after expiry");
+}
+
 /// Fail marks the record failed; retries are refused unless the policy allows them.
 pub async fn fail_then_refuse_or_retry<S: IdempotencyStore>(s: S) {
     let k = unique_key("alice");
@@ -283,7 +352,11 @@ pub async fn scope_isolates_records<S: IdempotencyStore>(s: S) {
 pub async fn expired_ttl_counts_as_absent<S: IdempotencyStore>(s: S) {
     let k = unique_key("alice");
     let ttl = Duration::from_millis(300);
-    let (lease, _) = acquired(s.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
+    let (lease, _) = acquired(
+        s.acquire(&request(&k, fp(1), TINY_LEASE, ttl))
+            .await
+            .unwrap(),
+    );
     s.complete(&lease, &response(1)).await.unwrap();
     tokio::time::sleep(ttl + Duration::from_millis(150)).await;
     assert!(s.get(&k).await.unwrap().is_none());
@@ -303,7 +376,11 @@ pub async fn purge_in_batches<S: IdempotencyStore>(s: S) {
     acquired(s.acquire(&request(&live, fp(1), LONG, DAY)).await.unwrap());
     for _ in 0..7 {
         let k = unique_key("alice");
-        let (lease, _) = acquired(s.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
+        let (lease, _) = acquired(
+            s.acquire(&request(&k, fp(1), TINY_LEASE, ttl))
+                .await
+                .unwrap(),
+        );
         s.complete(&lease, &response(10)).await.unwrap();
     }
     tokio::time::sleep(ttl + Duration::from_millis(150)).await;
@@ -319,7 +396,11 @@ pub async fn purge_in_batches<S: IdempotencyStore>(s: S) {
 pub async fn purge_spares_reacquired<S: IdempotencyStore>(s: S) {
     let ttl = Duration::from_millis(200);
     let k = unique_key("alice");
-    let (lease, _) = acquired(s.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
+    let (lease, _) = acquired(
+        s.acquire(&request(&k, fp(1), TINY_LEASE, ttl))
+            .await
+            .unwrap(),
+    );
     s.complete(&lease, &response(1)).await.unwrap();
     tokio::time::sleep(ttl + Duration::from_millis(150)).await;
     let (again, _) = acquired(s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
@@ -346,6 +427,7 @@ macro_rules! store_conformance {
         $crate::store_conformance!(@cases $make;
             fresh_acquire, concurrent_acquires_have_one_winner, complete_then_replay,
             not_replayable_is_kept, takeover_and_stale_fence, renewal_prevents_takeover,
+            renewal_outlives_record_ttl, concurrent_takeover_has_one_winner,
             fail_then_refuse_or_retry, release_allows_retry, scope_isolates_records,
             expired_ttl_counts_as_absent, purge_in_batches, purge_spares_reacquired);
     };

@@ -64,7 +64,7 @@ pub struct ServeArgs {
     /// Base URL of the API, e.g. http://127.0.0.1:3000.
     #[arg(long)]
     pub upstream: Option<String>,
-    /// Store URL: sqlite://PATH [default: sqlite://./idemgate.db] or memory://.
+    /// Store URL: sqlite://PATH [default: sqlite://./idemgate.db], postgres://... or memory://.
     #[arg(long)]
     pub store: Option<String>,
 }
@@ -115,19 +115,21 @@ impl ServeArgs {
 }
 
 impl StoreArgs {
-    /// The store URL from the flag, the file or the default.
+    /// The store URL and opening options from the flag, the file or the defaults.
     ///
     /// # Errors
     /// When the file cannot be read or the URL is not supported.
-    pub fn resolve(&self) -> anyhow::Result<crate::store::StoreUrl> {
-        let mut url = match &self.config {
-            Some(path) => Config::from_file(path)?.store,
-            None => Config::default().store,
+    pub fn resolve(&self) -> anyhow::Result<(crate::store::StoreUrl, crate::store::OpenOptions)> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
         };
         if let Some(s) = &self.store {
-            url.clone_from(s);
+            config.store.clone_from(s);
         }
-        crate::store::StoreUrl::parse(&url).map_err(|e| anyhow::anyhow!("store: {e}"))
+        let url = crate::store::StoreUrl::parse(&config.store)
+            .map_err(|e| anyhow::anyhow!("store: {e}"))?;
+        Ok((url, config.open_options()))
     }
 }
 

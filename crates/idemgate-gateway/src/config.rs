@@ -14,7 +14,7 @@ use idemgate_core::LeaseExpiredPolicy;
 use idemgate_tower::{Policy, PrincipalSource, RoutePolicy, StatusPattern};
 use serde::Deserialize;
 
-use crate::store::StoreUrl;
+use crate::store::{OpenOptions, StoreUrl};
 
 /// The whole file. Every field has the DESIGN.md default.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -29,6 +29,11 @@ pub struct Config {
     pub upstream: String,
     /// Store URL: `sqlite://PATH` (default `sqlite://./idemgate.db`) or `memory://`.
     pub store: String,
+    /// PostgreSQL table of the records; empty keeps `idempotency_records`. Default empty.
+    pub store_table: String,
+    /// Run the store's pending migrations at start-up (`idemgate migrate` runs them on
+    /// purpose). Default true.
+    pub store_migrate: bool,
     /// Time allowed for the upstream's response headers. Default `60s`.
     pub upstream_timeout: String,
     /// The key header's name. Default `Idempotency-Key`.
@@ -58,6 +63,8 @@ impl Default for Config {
             admin_listen: "127.0.0.1:9090".into(),
             upstream: String::new(),
             store: "sqlite://./idemgate.db".into(),
+            store_table: String::new(),
+            store_migrate: true,
             upstream_timeout: "60s".into(),
             header_name: "Idempotency-Key".into(),
             methods: vec!["POST".into(), "PATCH".into()],
@@ -182,6 +189,8 @@ pub struct Validated {
     pub upstream: http::Uri,
     /// Store.
     pub store: StoreUrl,
+    /// How to open it.
+    pub store_options: OpenOptions,
     /// Upstream response-header timeout.
     pub upstream_timeout: Duration,
     /// In-process purge period; `None` disables.
@@ -193,6 +202,14 @@ pub struct Validated {
 }
 
 impl Config {
+    /// The store's opening options.
+    pub fn open_options(&self) -> OpenOptions {
+        OpenOptions {
+            table: (!self.store_table.is_empty()).then(|| self.store_table.clone()),
+            migrate: self.store_migrate,
+        }
+    }
+
     /// Reads and parses a TOML file (syntax, types and unknown keys; see [`Config::validate`]
     /// for values).
     ///
@@ -296,6 +313,7 @@ impl Config {
                 admin_listen,
                 upstream,
                 store,
+                store_options: self.open_options(),
                 upstream_timeout,
                 purge_interval: (!purge.is_zero()).then_some(purge),
                 purge_batch,

@@ -126,7 +126,7 @@ pub async fn spawn_gateway(upstream: &str, store: &str) -> anyhow::Result<String
     })?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
-    let store = Arc::new(crate::store::AnyStore::open(&config.store).await?);
+    let store = Arc::new(crate::store::AnyStore::open(&config.store, &config.store_options).await?);
     tokio::spawn(crate::server::run_with_store(
         config,
         store,

@@ -59,17 +59,19 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         }
         Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),
         Command::Purge(args) => {
-            let url = args.store.resolve()?;
+            let (url, mut opts) = args.store.resolve()?;
+            opts.migrate = false;
             let batch = std::num::NonZeroU32::new(args.batch)
                 .ok_or_else(|| anyhow::anyhow!("--batch: must be at least 1"))?;
-            let store = store::AnyStore::open(&url).await?;
+            let store = store::AnyStore::open(&url, &opts).await?;
             let n = server::purge_all(&store, batch).await?;
             println!("purged {n} expired records");
             Ok(())
         }
         Command::Migrate(args) => {
-            let url = args.resolve()?;
-            store::AnyStore::open(&url).await?;
+            let (url, mut opts) = args.resolve()?;
+            opts.migrate = true;
+            store::AnyStore::open(&url, &opts).await?;
             println!("store schema is up to date");
             Ok(())
         }

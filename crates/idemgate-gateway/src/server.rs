@@ -35,7 +35,7 @@ pub async fn run(
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let store = Arc::new(AnyStore::open(&config.store).await?);
+    let store = Arc::new(AnyStore::open(&config.store, &config.store_options).await?);
     run_with_store(config, store, listener, admin, shutdown).await
 }
 

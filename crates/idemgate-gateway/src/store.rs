@@ -4,11 +4,13 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context;
 use idemgate_core::store::Result;
 use idemgate_core::{
     AcquireOutcome, AcquireRequest, IdempotencyRecord, IdempotencyStore, Lease, MemoryStore,
     ScopedKey, StoredResponse, UnixMillis,
 };
+use idemgate_postgres::PostgresStore;
 use idemgate_sqlite::{SqliteOptions, SqliteStore};
 
 /// A parsed store URL.
@@ -18,6 +20,8 @@ pub enum StoreUrl {
     Memory,
     /// `sqlite://PATH` (relative, or `sqlite:///abs/path`): the embedded default.
     Sqlite(PathBuf),
+    /// `postgres://` or `postgresql://` (libpq-style URL; `sslmode=` selects TLS).
+    Postgres(String),
 }
 
 impl StoreUrl {
@@ -36,8 +40,11 @@ impl StoreUrl {
             }
             return Ok(Self::Sqlite(PathBuf::from(path)));
         }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Self::Postgres(url.to_owned()));
+        }
         Err(format!(
-            "`{url}` is not a supported store URL (sqlite://PATH or memory://)"
+            "`{url}` is not a supported store URL (sqlite://PATH, postgres://..., or memory://)"
         ))
     }
 }
@@ -49,6 +56,17 @@ pub enum AnyStore {
     Memory(MemoryStore),
     /// SQLite file.
     Sqlite(SqliteStore),
+    /// PostgreSQL.
+    Postgres(PostgresStore),
+}
+
+/// How to open a store.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// PostgreSQL table name; `None` keeps the default `idempotency_records`.
+    pub table: Option<String>,
+    /// Run pending migrations while opening (SQLite always does).
+    pub migrate: bool,
 }
 
 impl AnyStore {
@@ -56,14 +74,28 @@ impl AnyStore {
     ///
     /// # Errors
     /// When the store cannot be opened, with the cause.
-    pub async fn open(url: &StoreUrl) -> anyhow::Result<Self> {
+    pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<Self> {
         Ok(match url {
             StoreUrl::Memory => Self::Memory(MemoryStore::new()),
             StoreUrl::Sqlite(path) => Self::Sqlite(
-                SqliteStore::open(path, SqliteOptions::default()).map_err(|e| {
-                    anyhow::anyhow!("cannot open sqlite store {}: {e}", path.display())
-                })?,
+                SqliteStore::open(path, SqliteOptions::default())
+                    .with_context(|| format!("cannot open sqlite store {}", path.display()))?,
             ),
+            StoreUrl::Postgres(url) => {
+                let mut store = PostgresStore::connect(url)
+                    .await
+                    .context("cannot connect to the postgres store")?;
+                if let Some(table) = &opts.table {
+                    store = store.with_table_name(table).context("store_table")?;
+                }
+                if opts.migrate {
+                    store
+                        .migrate()
+                        .await
+                        .context("cannot migrate the postgres store")?;
+                }
+                Self::Postgres(store)
+            }
         })
     }
 }
@@ -73,6 +105,7 @@ macro_rules! each {
         match $self {
             AnyStore::Memory($s) => $e,
             AnyStore::Sqlite($s) => $e,
+            AnyStore::Postgres($s) => $e,
         }
     };
 }

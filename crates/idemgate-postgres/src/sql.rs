@@ -125,7 +125,7 @@ impl Statements {
                  state, fence, lease_token, lease_expires_at, created_at, expires_at) \
                  VALUES ($1, $2, $3, $4, $5, 'in_progress', 1, $6, \
                  {now} + $7 * interval '1 millisecond', {now}, \
-                 {now} + $8 * interval '1 millisecond') \
+                 {now} + greatest($8, $7) * interval '1 millisecond') \
                  ON CONFLICT (user_id, route, key) DO NOTHING \
                  RETURNING fence, {lease_end}"
             ),
@@ -143,7 +143,7 @@ impl Statements {
                  state = 'in_progress', fence = fence + 1, lease_token = $6, \
                  lease_expires_at = {now} + $7 * interval '1 millisecond', \
                  created_at = {now}, completed_at = NULL, \
-                 expires_at = {now} + $8 * interval '1 millisecond', \
+                 expires_at = {now} + greatest($8, $7) * interval '1 millisecond', \
                  status = NULL, response_headers = NULL, response = NULL, replayable = NULL \
                  WHERE {key} AND fence = $9 AND expires_at <= {now} \
                  RETURNING fence, {lease_end}"
@@ -151,6 +151,7 @@ impl Statements {
             takeover: format!(
                 "UPDATE {t} SET state = 'in_progress', fence = fence + 1, lease_token = $6, \
                  lease_expires_at = {now} + $7 * interval '1 millisecond', \
+                 expires_at = greatest(expires_at, {now} + $7 * interval '1 millisecond'), \
                  completed_at = NULL, \
                  status = NULL, response_headers = NULL, response = NULL, replayable = NULL \
                  WHERE {key} AND fence = $8 AND expires_at > {now} \
@@ -161,7 +162,8 @@ impl Statements {
                  RETURNING fence, {lease_end}"
             ),
             renew: format!(
-                "UPDATE {t} SET lease_expires_at = {now} + $6 * interval '1 millisecond' \
+                "UPDATE {t} SET lease_expires_at = {now} + $6 * interval '1 millisecond', \
+                 expires_at = greatest(expires_at, {now} + $6 * interval '1 millisecond') \
                  WHERE {held} RETURNING {lease_end}"
             ),
             complete: format!(

@@ -23,7 +23,7 @@ use idemgate_core::{
     ScopedKey, StoredResponse,
 };
 use idemgate_redis::RedisStore;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use tokio::time::Instant;
 

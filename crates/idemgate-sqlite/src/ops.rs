@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use idemgate_core::engine::apply_acquire;
 use idemgate_core::fingerprint::Fingerprint;
-use idemgate_core::memory::now_millis;
+use idemgate_core::now_millis;
 use idemgate_core::{
     AcquireOutcome, AcquireRequest, IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey,
     StoredResponse, UnixMillis,
@@ -43,7 +43,7 @@ macro_rules! held {
 }
 
 const RENEW: &str = concat!(
-    "UPDATE idempotency_records SET lease_expires_at = ?7",
+    "UPDATE idempotency_records SET lease_expires_at = ?7, expires_at = MAX(expires_at, ?7)",
     held!()
 );
 const COMPLETE: &str = concat!(

@@ -24,7 +24,7 @@ use crate::worker::{Command, Reply, Worker};
 /// channel (capacity [`SqliteOptions::queue_capacity`]) and answered through a oneshot. The
 /// thread runs whatever is queued, up to [`SqliteOptions::max_batch`] commands, in one
 /// transaction, so concurrent requests share commits. Time is the process wall clock in ms
-/// since the epoch ([`idemgate_core::memory::now_millis`]), the same clock as the memory store.
+/// since the epoch ([`idemgate_core::now_millis`]), the same clock as the memory store.
 ///
 /// Share it between tasks with an `Arc` (`Arc<SqliteStore>` is an [`IdempotencyStore`] too).
 /// The thread stops once the store is dropped and the commands already queued have run;

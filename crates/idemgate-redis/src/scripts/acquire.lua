@@ -21,7 +21,8 @@ end
 
 local fence = 1
 local takeover = false
-if redis.call('EXISTS', key) == 1 then
+local exists = redis.call('EXISTS', key) == 1
+if exists then
   local c = redis.call('HMGET', key, 'p', 'r', 'k', 'fv', 'fd', 'st', 'fe', 'le', 'ca', 'ex')
   local fe, ex = tonumber(c[7]), tonumber(c[10])
   if fe == nil or ex == nil or c[1] ~= ARGV[1] or c[2] ~= ARGV[2] or c[3] ~= ARGV[3] then
@@ -67,7 +68,10 @@ if takeover then
 end
 
 local ex = now + tonumber(ARGV[8])
-redis.call('DEL', key)
+if exists then
+  -- expired by TTL: nothing of the old record may survive
+  redis.call('DEL', key)
+end
 redis.call('HSET', key, 'p', ARGV[1], 'r', ARGV[2], 'k', ARGV[3], 'fv', ARGV[4],
   'fd', ARGV[5], 'st', 'in_progress', 'fe', int(fence), 'lt', ARGV[6],
   'le', int(lease_end), 'ca', int(now), 'ex', int(ex))

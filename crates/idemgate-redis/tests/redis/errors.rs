@@ -87,7 +87,12 @@ async fn a_server_that_goes_away_is_unavailable_then_recovers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let store = store.expect("own redis-server answers");
-    store.ping().await.unwrap();
+    // the first call loads the script (EVALSHA → NOSCRIPT → SCRIPT LOAD → EVALSHA)
+    let first = unique_key("alice");
+    store
+        .acquire(&request(&first, fp(1), LONG, DAY))
+        .await
+        .unwrap();
     drop(server);
 
     let k = unique_key("alice");
@@ -118,5 +123,6 @@ async fn a_server_that_goes_away_is_unavailable_then_recovers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(recovered, "the connection manager reconnects");
+    // a new server has an empty script cache: the scripts are loaded again
     store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap();
 }

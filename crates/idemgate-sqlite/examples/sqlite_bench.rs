@@ -2,7 +2,7 @@
 //! and 32, with each durability setting.
 //!
 //! ```text
-//! cargo run --release -p idemgate-sqlite --example bench [-- OPS]
+//! cargo run --release -p idemgate-sqlite --example sqlite_bench [-- OPS]
 //! ```
 
 use std::sync::Arc;

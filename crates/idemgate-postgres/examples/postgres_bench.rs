@@ -4,7 +4,7 @@
 //! at least 0.70.
 //!
 //! ```text
-//! cargo run --release -p idemgate-postgres --example bench -- [--concurrency 16] [--seconds 5]
+//! cargo run --release -p idemgate-postgres --example postgres_bench -- [--concurrency 16] [--seconds 5]
 //!     [--rounds 2] [--synchronous-commit off]
 //! ```
 //!
