@@ -19,6 +19,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
 
+/// Connections the upstream accepted: the gateway should reuse a few, not open one per request.
+static UPSTREAM_CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+
 const BODY: &str = r#"{"amount":1000,"currency":"EUR","customer":"cus_123"}"#;
 
 fn main() {
@@ -40,19 +43,34 @@ fn main() {
     println!("|---|---:|---:|---:|---:|");
     let direct = rt.block_on(load(upstream, conns, secs, Mode::Fresh, "d"));
     row("direct to upstream", &direct, &direct);
-    for store in ["sqlite", "memory"] {
+    let stores = std::env::var("BENCH_STORES").unwrap_or_else(|_| "sqlite,memory".into());
+    for store in stores.split(',') {
         let url = match store {
             "sqlite" => format!("sqlite://{}", dir.path().join("bench.db").display()),
             _ => "memory://".to_owned(),
         };
         let gw = Gateway::start(upstream, &url);
+        let cpu_hop = gw.cpu_seconds();
+        let hop = rt.block_on(load(gw.addr, conns, secs, Mode::NoKey, store));
+        let hop_cpu_us = (gw.cpu_seconds() - cpu_hop) * 1e6 / hop.count as f64;
+        row(
+            &format!("gateway ({store}), no key: the proxy hop alone ({hop_cpu_us:.0} µs CPU)"),
+            &hop,
+            &direct,
+        );
         let cpu0 = gw.cpu_seconds();
         let fresh = rt.block_on(load(gw.addr, conns, secs, Mode::Fresh, store));
         let cpu_us = (gw.cpu_seconds() - cpu0) * 1e6 / fresh.count as f64;
         row(&format!("gateway ({store}), fresh keys"), &fresh, &direct);
+        println!(
+            "| upstream connections opened so far | {} | | | |",
+            UPSTREAM_CONNECTIONS.load(Ordering::Relaxed)
+        );
+        let cpu1 = gw.cpu_seconds();
         let replay = rt.block_on(load(gw.addr, conns, secs, Mode::Replay, store));
+        let replay_cpu_us = (gw.cpu_seconds() - cpu1) * 1e6 / replay.count as f64;
         row(&format!("gateway ({store}), replays"), &replay, &direct);
-        println!("| gateway ({store}) CPU per fresh request | {cpu_us:.0} µs | | | |");
+        println!("| gateway ({store}) CPU per request | fresh {cpu_us:.0} µs | replay {replay_cpu_us:.0} µs | | |");
         if store == "sqlite" {
             let one_direct = rt.block_on(load(upstream, 1, secs.min(3), Mode::Fresh, "d1"));
             let one_fresh = rt.block_on(load(gw.addr, 1, secs.min(3), Mode::Fresh, "s1"));
@@ -98,6 +116,8 @@ enum Mode {
     Fresh,
     /// Each connection repeats one key, completed by its first request.
     Replay,
+    /// No key: the request passes through (the proxy hop alone).
+    NoKey,
 }
 
 async fn load(addr: SocketAddr, conns: usize, secs: u64, mode: Mode, tag: &str) -> Stats {
@@ -122,13 +142,16 @@ async fn load(addr: SocketAddr, conns: usize, secs: u64, mode: Mode, tag: &str) 
                         Mode::Fresh => {
                             format!("bench-{tag}-{}", seq.fetch_add(1, Ordering::Relaxed))
                         }
-                        Mode::Replay => format!("bench-replay-{tag}"),
+                        Mode::Replay | Mode::NoKey => format!("bench-replay-{tag}"),
                     };
-                    let req = Request::post("/payments")
+                    let mut req = Request::post("/payments")
                         .header("host", "bench")
                         .header("authorization", "Bearer bench")
-                        .header("content-type", "application/json")
-                        .header("idempotency-key", key)
+                        .header("content-type", "application/json");
+                    if mode != Mode::NoKey {
+                        req = req.header("idempotency-key", key);
+                    }
+                    let req = req
                         .body(Full::new(Bytes::from_static(BODY.as_bytes())))
                         .unwrap();
                     let t = Instant::now();
@@ -176,6 +199,7 @@ fn start_upstream() -> SocketAddr {
             tx.send(listener.local_addr().unwrap()).unwrap();
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
+                UPSTREAM_CONNECTIONS.fetch_add(1, Ordering::Relaxed);
                 stream.set_nodelay(true).unwrap();
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(

@@ -64,7 +64,8 @@ pub struct ServeArgs {
     /// Base URL of the API, e.g. http://127.0.0.1:3000.
     #[arg(long)]
     pub upstream: Option<String>,
-    /// Store URL: sqlite://PATH [default: sqlite://./idemgate.db], postgres://... or memory://.
+    /// Store URL: sqlite://PATH [default: sqlite://./idemgate.db], postgres://..., redis://...,
+    /// redis+cluster://host:port,host:port or memory://.
     #[arg(long)]
     pub store: Option<String>,
 }

@@ -27,10 +27,13 @@ pub struct Config {
     pub admin_listen: String,
     /// Base URL of the API behind the gateway (`http://host:port[/prefix]`). Required.
     pub upstream: String,
-    /// Store URL: `sqlite://PATH` (default `sqlite://./idemgate.db`) or `memory://`.
+    /// Store URL: `sqlite://PATH` (default `sqlite://./idemgate.db`), `postgres://...`,
+    /// `redis://...`, `redis+cluster://...` or `memory://`.
     pub store: String,
     /// PostgreSQL table of the records; empty keeps `idempotency_records`. Default empty.
     pub store_table: String,
+    /// Redis key prefix; empty keeps `idemgate:`. Default empty.
+    pub store_key_prefix: String,
     /// Run the store's pending migrations at start-up (`idemgate migrate` runs them on
     /// purpose). Default true.
     pub store_migrate: bool,
@@ -64,6 +67,7 @@ impl Default for Config {
             upstream: String::new(),
             store: "sqlite://./idemgate.db".into(),
             store_table: String::new(),
+            store_key_prefix: String::new(),
             store_migrate: true,
             upstream_timeout: "60s".into(),
             header_name: "Idempotency-Key".into(),
@@ -206,6 +210,7 @@ impl Config {
     pub fn open_options(&self) -> OpenOptions {
         OpenOptions {
             table: (!self.store_table.is_empty()).then(|| self.store_table.clone()),
+            key_prefix: (!self.store_key_prefix.is_empty()).then(|| self.store_key_prefix.clone()),
             migrate: self.store_migrate,
         }
     }

@@ -9,6 +9,7 @@ use axum::error_handling::HandleError;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::Router;
 use http::{Response, StatusCode};
 use idemgate_core::{BoxError, IdempotencyStore};
@@ -98,6 +99,11 @@ pub async fn run_with_store(
         store = store.backend(),
         "idemgate gateway listening"
     );
+    // Responses go out as soon as they are written: Nagle's algorithm would hold small
+    // writes back for the client's delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),

@@ -11,6 +11,7 @@ use idemgate_core::{
     ScopedKey, StoredResponse, UnixMillis,
 };
 use idemgate_postgres::PostgresStore;
+use idemgate_redis::RedisStore;
 use idemgate_sqlite::{SqliteOptions, SqliteStore};
 
 /// A parsed store URL.
@@ -22,6 +23,8 @@ pub enum StoreUrl {
     Sqlite(PathBuf),
     /// `postgres://` or `postgresql://` (libpq-style URL; `sslmode=` selects TLS).
     Postgres(String),
+    /// `redis://`, `rediss://` (TLS), `redis+cluster://host:port,host:port` (Redis Cluster).
+    Redis(String),
 }
 
 impl StoreUrl {
@@ -43,8 +46,20 @@ impl StoreUrl {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(Self::Postgres(url.to_owned()));
         }
+        if [
+            "redis://",
+            "rediss://",
+            "redis+unix://",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ]
+        .iter()
+        .any(|p| url.starts_with(p))
+        {
+            return Ok(Self::Redis(url.to_owned()));
+        }
         Err(format!(
-            "`{url}` is not a supported store URL (sqlite://PATH, postgres://..., or memory://)"
+            "`{url}` is not a supported store URL (sqlite://PATH, postgres://..., redis://..., redis+cluster://..., or memory://)"
         ))
     }
 }
@@ -58,6 +73,8 @@ pub enum AnyStore {
     Sqlite(SqliteStore),
     /// PostgreSQL.
     Postgres(PostgresStore),
+    /// Redis or Redis Cluster.
+    Redis(RedisStore),
 }
 
 /// How to open a store.
@@ -65,6 +82,8 @@ pub enum AnyStore {
 pub struct OpenOptions {
     /// PostgreSQL table name; `None` keeps the default `idempotency_records`.
     pub table: Option<String>,
+    /// Redis key prefix; `None` keeps the default `idemgate:`.
+    pub key_prefix: Option<String>,
     /// Run pending migrations while opening (SQLite always does).
     pub migrate: bool,
 }
@@ -96,6 +115,26 @@ impl AnyStore {
                 }
                 Self::Postgres(store)
             }
+            StoreUrl::Redis(url) => {
+                let mut store = RedisStore::connect(url)
+                    .await
+                    .context("cannot connect to the redis store")?;
+                if let Some(prefix) = &opts.key_prefix {
+                    store = store.with_key_prefix(prefix).context("store_key_prefix")?;
+                }
+                // Redis can lose records (eviction, no persistence); say so at start-up.
+                match store.check_server().await {
+                    Ok(warnings) => {
+                        for w in warnings {
+                            tracing::warn!(warning = %w, "redis store: a record can be lost, and a retry would then run again");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "redis store: cannot check the server's settings")
+                    }
+                }
+                Self::Redis(store)
+            }
         })
     }
 }
@@ -106,6 +145,7 @@ macro_rules! each {
             AnyStore::Memory($s) => $e,
             AnyStore::Sqlite($s) => $e,
             AnyStore::Postgres($s) => $e,
+            AnyStore::Redis($s) => $e,
         }
     };
 }

@@ -77,8 +77,10 @@
 //! it the cluster hash tag, so every operation touches one key on one slot. The prefix
 //! defaults to `idemgate:`. The hash holds the scope (compared on every read), the
 //! fingerprint, state, fence, lease, timestamps and the response (status, headers, raw
-//! body bytes); the key carries `PEXPIREAT expires_at`. All times are the server's (`TIME`
-//! inside the scripts), so gateways with skewed clocks agree (DESIGN.md, "Clocks").
+//! body bytes); the key carries `PEXPIREAT expires_at`. A record never expires under a
+//! live lease: acquire, takeover and renew push `expires_at` (and the key's expiry) to at
+//! least the lease's end. All times are the server's (`TIME` inside the scripts), so
+//! gateways with skewed clocks agree (DESIGN.md, "Clocks").
 //!
 //! # Expiry and purge
 //! Redis deletes each record itself at its `expires_at`, so

@@ -17,8 +17,9 @@ async fn make() -> Option<RedisStore> {
     common::fresh_store().await
 }
 
-idemgate_core::store_conformance!(@cases make;
-    fresh_acquire, concurrent_acquires_have_one_winner, complete_then_replay,
-    not_replayable_is_kept, takeover_and_stale_fence, renewal_prevents_takeover,
-    fail_then_refuse_or_retry, release_allows_retry, scope_isolates_records,
-    expired_ttl_counts_as_absent, purge_spares_reacquired);
+idemgate_core::store_conformance!(
+    make,
+    idemgate_core::testing::StoreCapabilities {
+        native_expiry: true
+    }
+);

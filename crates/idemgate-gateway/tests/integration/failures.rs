@@ -1,6 +1,5 @@
 //! Stores and upstreams that fail, and gateways that die.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::support::*;
@@ -140,41 +139,6 @@ async fn admin_endpoints_answer() {
     }
 }
 
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn spawn_binary(listen: &str, upstream: &str, config: &std::path::Path) -> Process {
-    let child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args([
-            "serve",
-            "--listen",
-            listen,
-            "--admin-listen",
-            "",
-            "--upstream",
-            upstream,
-        ])
-        .arg("--config")
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(listen).await.is_ok() {
-            return Process(child);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the gateway did not start");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_holder_is_taken_over_after_its_lease() {
     let up = upstream().await;
@@ -197,15 +161,15 @@ async fn a_crashed_holder_is_taken_over_after_its_lease() {
     let k = key();
     let path = "/payments?delay_ms=2000";
 
-    let mut gw = spawn_binary(&listen, &up.base, &config).await;
+    let mut gw = spawn_binary_on(&listen, &up.base, &config).await;
     let first = tokio::spawn(post(&base, path, Some(&k), "{}").send());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(up.count(), 1, "the first request reached the upstream");
-    gw.0.kill().unwrap(); // SIGKILL: no outcome is written, the lease is not renewed
-    gw.0.wait().unwrap();
+    gw.child.kill().unwrap(); // SIGKILL: no outcome is written, the lease is not renewed
+    gw.child.wait().unwrap();
     assert!(first.await.unwrap().is_err());
 
-    let _gw = spawn_binary(&listen, &up.base, &config).await;
+    let _gw = spawn_binary_on(&listen, &up.base, &config).await;
     let resp = post(&base, path, Some(&k), "{}").send().await.unwrap();
     assert_eq!(resp.status(), 409, "the dead holder's lease still counts");
     tokio::time::sleep(Duration::from_millis(1200)).await;

@@ -8,6 +8,8 @@ mod contract;
 mod demo;
 mod docs;
 mod failures;
+mod postgres;
 mod readme;
+mod redis;
 mod replay;
 mod support;

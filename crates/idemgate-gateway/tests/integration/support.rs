@@ -214,3 +214,61 @@ pub(crate) async fn assert_problem(
     assert!(body["title"].is_string() && body["detail"].is_string());
     body
 }
+
+/// A gateway process (the real `idemgate` binary), killed on drop.
+pub(crate) struct Process {
+    pub(crate) child: std::process::Child,
+    pub(crate) base: String,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `idemgate serve` on `listen` with `config`, once it accepts connections.
+pub(crate) async fn spawn_binary_on(
+    listen: &str,
+    upstream: &str,
+    config: &std::path::Path,
+) -> Process {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args([
+            "serve",
+            "--listen",
+            listen,
+            "--admin-listen",
+            "",
+            "--upstream",
+            upstream,
+        ])
+        .arg("--config")
+        .arg(config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let process = Process {
+        child,
+        base: format!("http://{listen}"),
+    };
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(listen).await.is_ok() {
+            return process;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the gateway did not start");
+}
+
+/// [`spawn_binary_on`] on a free port.
+pub(crate) async fn spawn_binary(upstream: &str, config: &std::path::Path) -> Process {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    spawn_binary_on(&format!("127.0.0.1:{port}"), upstream, config).await
+}

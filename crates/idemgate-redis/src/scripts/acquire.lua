@@ -1,5 +1,7 @@
 -- acquire: insert the record in_progress, or take it over, by the rules of
 -- idemgate_core::engine::decide / apply_acquire; otherwise return it untouched.
+-- expires_at is never earlier than the lease's end (insert: max(now + record ttl, lease
+-- end); takeover: the old expires_at, pushed to the new lease's end if earlier).
 --
 -- KEYS[1] record key
 -- ARGV  1 principal  2 route  3 idempotency key  4 fingerprint version  5 digest (32 bytes)
@@ -21,6 +23,7 @@ end
 
 local fence = 1
 local takeover = false
+local old_ex
 local exists = redis.call('EXISTS', key) == 1
 if exists then
   local c = redis.call('HMGET', key, 'p', 'r', 'k', 'fv', 'fd', 'st', 'fe', 'le', 'ca', 'ex')
@@ -28,6 +31,7 @@ if exists then
   if fe == nil or ex == nil or c[1] ~= ARGV[1] or c[2] ~= ARGV[2] or c[3] ~= ARGV[3] then
     return existing()
   end
+  old_ex = ex
   if now < ex then
     -- live: a different fingerprint never runs, whatever the state
     if c[4] ~= ARGV[4] or c[5] ~= ARGV[5] then
@@ -60,14 +64,16 @@ end
 
 local lease_end = now + tonumber(ARGV[7])
 if takeover then
-  -- same fingerprint, created_at and expires_at (the key's PEXPIREAT stays)
+  -- same fingerprint and created_at; expires_at only moves to cover the new lease
   redis.call('HDEL', key, 'co', 'rs', 'rh', 'rb', 'rr')
   redis.call('HSET', key, 'st', 'in_progress', 'fe', int(fence), 'lt', ARGV[6],
     'le', int(lease_end))
+  cover_lease(key, old_ex, lease_end)
   return {1, now, fence, lease_end, 1}
 end
 
-local ex = now + tonumber(ARGV[8])
+-- a record never expires under a live lease
+local ex = math.max(now + tonumber(ARGV[8]), lease_end)
 if exists then
   -- expired by TTL: nothing of the old record may survive
   redis.call('DEL', key)

@@ -22,8 +22,8 @@ local function int(n)
   return string.format('%d', n)
 end
 
--- The server time if the record at `key` is live, in_progress and owned by
--- (fence, token), both given as decimal strings; false otherwise.
+-- The server time and the record's expires_at if the record at `key` is live,
+-- in_progress and owned by (fence, token), both given as decimal strings; false otherwise.
 local function held(key, fence, token)
   local f = redis.call('HMGET', key, 'st', 'fe', 'lt', 'ex')
   local now = now_ms()
@@ -34,5 +34,14 @@ local function held(key, fence, token)
   if ex == nil or now >= ex then
     return false
   end
-  return now
+  return now, ex
+end
+
+-- A record never expires under a live lease: pushes expires_at (field and PEXPIREAT) to
+-- at least `lease_end` when it is earlier.
+local function cover_lease(key, ex, lease_end)
+  if ex < lease_end then
+    redis.call('HSET', key, 'ex', int(lease_end))
+    redis.call('PEXPIREAT', key, int(lease_end))
+  end
 end

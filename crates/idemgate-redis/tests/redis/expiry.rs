@@ -9,6 +9,17 @@ use redis::AsyncCommands;
 
 use crate::{acquired, common, existing, DAY, LONG};
 
+/// A lease shorter than the short TTLs: a record never expires under a live lease.
+const TINY_LEASE: Duration = Duration::from_millis(100);
+
+async fn pexpiretime(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query_async(raw)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_key_expires_at_expires_at() {
     let Some(store) = common::fresh_store().await else {
@@ -20,11 +31,7 @@ async fn the_key_expires_at_expires_at() {
     let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
     let rec = store.get(&k).await.unwrap().unwrap();
     let key = store.record_key(&k);
-    let expire_time: i64 = redis::cmd("PEXPIRETIME")
-        .arg(&key)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let expire_time = pexpiretime(&mut raw, &key).await;
     assert_eq!(
         expire_time, rec.expires_at,
         "PEXPIREAT is the record's expires_at"
@@ -41,6 +48,47 @@ async fn the_key_expires_at_expires_at() {
         .await
         .unwrap();
     assert_eq!(kind, "hash");
+}
+
+/// A record never expires under a live lease: acquire, takeover and renew push the key's
+/// expiry (and `expires_at`) to the lease's end when the TTL would end first.
+#[tokio::test]
+async fn the_key_never_expires_under_a_live_lease() {
+    let Some(store) = common::fresh_store().await else {
+        return;
+    };
+    let mut raw = common::raw(&common::url().unwrap()).await;
+    let k = unique_key("alice");
+    let key = store.record_key(&k);
+    let ttl = Duration::from_millis(100);
+    let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
+    assert_eq!(pexpiretime(&mut raw, &key).await, lease.expires_at);
+    let until = store.renew(&lease, 2 * LONG).await.unwrap();
+    assert_eq!(pexpiretime(&mut raw, &key).await, until);
+    let rec = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(rec.expires_at, until);
+    // a shorter renewal never shortens the record's life
+    store.renew(&lease, TINY_LEASE).await.unwrap();
+    assert_eq!(pexpiretime(&mut raw, &key).await, until);
+
+    // takeover: the new lease's end, when later than the old expiry
+    let k = unique_key("alice");
+    let key = store.record_key(&k);
+    let short_ttl = Duration::from_millis(400);
+    acquired(
+        store
+            .acquire(&request(&k, fp(1), TINY_LEASE, short_ttl))
+            .await
+            .unwrap(),
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (new, takeover) = acquired(store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
+    assert!(takeover);
+    assert_eq!(pexpiretime(&mut raw, &key).await, new.expires_at);
+    assert_eq!(
+        store.get(&k).await.unwrap().unwrap().expires_at,
+        new.expires_at
+    );
 }
 
 /// What `purge_in_batches` of the conformance suite checks, for a store whose expiry is
@@ -63,7 +111,12 @@ async fn purge_is_native() {
     let mut expired = Vec::new();
     for _ in 0..7 {
         let k = unique_key("alice");
-        let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
+        let (lease, _) = acquired(
+            store
+                .acquire(&request(&k, fp(1), TINY_LEASE, ttl))
+                .await
+                .unwrap(),
+        );
         store.complete(&lease, &response(10)).await.unwrap();
         expired.push(k);
     }

@@ -3,7 +3,7 @@
 //! the same concurrency on the very same connection, and the ratio.
 //!
 //! ```text
-//! cargo run --release -p idemgate-redis --example bench -- [--concurrency 32] [--seconds 5] [--rounds 2]
+//! cargo run --release -p idemgate-redis --example redis_bench -- [--concurrency 32] [--seconds 5] [--rounds 2]
 //! ```
 //!
 //! The URL comes from `IDEMGATE_BENCH_REDIS_URL`, else `IDEMGATE_TEST_REDIS_URL`, else

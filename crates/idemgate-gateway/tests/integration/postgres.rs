@@ -1,0 +1,219 @@
+//! The gateway on the PostgreSQL store (this machine's server, `IDEMGATE_TEST_DATABASE_URL`).
+//! Each test uses its own table, so runs never collide.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::*;
+
+/// The server's URL, or `None` (printing why) when the variable is unset.
+fn database_url() -> Option<String> {
+    let url = std::env::var("IDEMGATE_TEST_DATABASE_URL").ok();
+    if url.is_none() {
+        println!("skipping: IDEMGATE_TEST_DATABASE_URL is not set");
+    }
+    url
+}
+
+fn table() -> String {
+    format!("idem_gw_{:012x}", rand_u64() >> 16)
+}
+
+async fn drop_table(url: &str, table: &str) {
+    if let Ok(store) = idemgate_postgres::PostgresStore::connect(url).await {
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {table}, {table}_migrations"))
+            .execute(store.pool())
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_duplicates_run_once() {
+    let Some(url) = database_url() else { return };
+    let up = upstream().await;
+    let t = table();
+    let gw = gateway(&up.base, &url, |c| c.store_table = t.clone()).await;
+    let k = key();
+    let tasks: Vec<_> = (0..200)
+        .map(|_| tokio::spawn(post(&gw.base, "/payments?delay_ms=300", Some(&k), "{}").send()))
+        .collect();
+    let mut created = 0;
+    for task in tasks {
+        let resp = task.await.unwrap().unwrap();
+        let status = resp.status().as_u16();
+        assert!(status == 201 || status == 409, "unexpected {status}");
+        if status == 201 && resp.headers().get("idempotent-replayed").is_none() {
+            created += 1;
+        }
+    }
+    assert_eq!(created, 1);
+    assert_eq!(up.count(), 1);
+    drop_table(&url, &t).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateway_processes_share_one_database() {
+    let Some(url) = database_url() else { return };
+    let up = upstream().await;
+    let t = table();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pg.toml");
+    std::fs::write(
+        &config,
+        format!("store = \"{url}\"\nstore_table = \"{t}\"\n"),
+    )
+    .unwrap();
+    let a = spawn_binary(&up.base, &config).await;
+    let b = spawn_binary(&up.base, &config).await;
+    let k = key();
+    let tasks: Vec<_> = (0..100)
+        .map(|i| {
+            let base = if i % 2 == 0 {
+                a.base.clone()
+            } else {
+                b.base.clone()
+            };
+            let k = k.clone();
+            tokio::spawn(async move {
+                post(&base, "/payments?delay_ms=300", Some(&k), "{}")
+                    .send()
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        let status = task.await.unwrap().unwrap().status().as_u16();
+        assert!(status == 201 || status == 409, "unexpected {status}");
+    }
+    assert_eq!(up.count(), 1, "one execution across both gateways");
+    for base in [&a.base, &b.base] {
+        let replay = post(base, "/payments?delay_ms=300", Some(&k), "{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    }
+    drop_table(&url, &t).await;
+}
+
+/// A TCP relay to PostgreSQL that can cut every connection and refuse new ones, as a stopped
+/// server would, then let traffic through again.
+struct Relay {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    generation: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Relay {
+    async fn start(target: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let (gen_tx, gen_rx) = tokio::sync::watch::channel(0u64);
+        let target = target.to_owned();
+        let relay_cut = cut.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if relay_cut.load(Ordering::SeqCst) {
+                    drop(inbound); // refused, as by a stopped server
+                    continue;
+                }
+                let target = target.clone();
+                let mut gen = gen_rx.clone();
+                gen.borrow_and_update(); // only cuts after this connection count
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = gen.changed() => {} // cut: both sides are dropped
+                    }
+                });
+            }
+        });
+        Relay {
+            port,
+            cut,
+            generation: Arc::new(gen_tx),
+        }
+    }
+
+    fn stop(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    fn start_again(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_down_is_503_and_recovers_without_a_restart() {
+    let Some(url) = database_url() else { return };
+    let parsed = url::Url::parse(&url).unwrap();
+    let target = format!(
+        "{}:{}",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(5432)
+    );
+    let relay = Relay::start(&target).await;
+    let mut relayed = parsed.clone();
+    relayed.set_host(Some("127.0.0.1")).unwrap();
+    relayed.set_port(Some(relay.port)).unwrap();
+    let up = upstream().await;
+    let t = table();
+    let gw = gateway(&up.base, relayed.as_str(), |c| {
+        c.store_table = t.clone();
+        c.defaults.lease_ttl = Some("1s".into());
+    })
+    .await;
+    assert_eq!(
+        post(&gw.base, "/payments", Some(&key()), "{}")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+
+    relay.stop();
+    for _ in 0..3 {
+        let resp = post(&gw.base, "/payments", Some(&key()), "{}")
+            .send()
+            .await
+            .unwrap();
+        assert_problem(resp, 503, "store-unavailable").await;
+    }
+    assert_eq!(
+        up.count(),
+        1,
+        "nothing forwarded while the database is down"
+    );
+
+    relay.start_again();
+    let k = key();
+    let mut status = 0;
+    for _ in 0..40 {
+        status = post(&gw.base, "/payments", Some(&k), "{}")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        if status == 201 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(status, 201, "traffic recovers without a restart");
+    assert_eq!(up.count(), 2);
+    drop_table(&url, &t).await;
+}
