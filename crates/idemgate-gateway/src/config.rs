@@ -404,6 +404,15 @@ fn route_policy(field: &str, c: &RouteConfig, errs: &mut Vec<String>) -> Option<
         errs.push(format!("{field}.lease_ttl: must be at least 30ms"));
     }
     let max_lease = dur("max_lease", &c.max_lease, errs).unwrap_or(d.max_lease);
+    // A record never expires under a live lease, so a TTL below the lease would be
+    // stretched to the lease anyway: say so instead.
+    if record_ttl <= lease_ttl {
+        errs.push(format!(
+            "{field}.record_ttl: must be longer than lease_ttl ({} <= {})",
+            humantime::format_duration(record_ttl),
+            humantime::format_duration(lease_ttl)
+        ));
+    }
     let mismatch_status = match c.mismatch_status {
         Some(422) | None => StatusCode::UNPROCESSABLE_ENTITY,
         Some(400) => StatusCode::BAD_REQUEST,

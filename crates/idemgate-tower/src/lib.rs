@@ -15,4 +15,4 @@ mod service;
 pub use layer::IdempotencyLayer;
 pub use policy::{Policy, PrincipalSource, RoutePolicy, StatusAction, StatusPattern};
 pub use rejection::IdempotencyRejection;
-pub use service::{Idempotency, NotSent};
+pub use service::{Idempotency, LeaseHandle, NotSent};

@@ -36,6 +36,47 @@ use crate::rejection::IdempotencyRejection;
 #[error("the request was not sent: {0}")]
 pub struct NotSent(#[source] pub BoxError);
 
+/// The lease under which the inner service runs, in its request's extensions.
+///
+/// A service that completes the record itself, in the same database transaction as its
+/// business rows (`PostgresStore::complete_using` in `idemgate-postgres`), calls
+/// [`LeaseHandle::mark_completed`] after its commit; the middleware then writes no outcome of
+/// its own. With axum, take it as `Extension<LeaseHandle>`.
+#[derive(Clone, Debug)]
+pub struct LeaseHandle(Arc<LeaseState>);
+
+#[derive(Debug)]
+struct LeaseState {
+    lease: Lease,
+    completed: std::sync::atomic::AtomicBool,
+}
+
+impl LeaseHandle {
+    fn new(lease: Lease) -> Self {
+        Self(Arc::new(LeaseState {
+            lease,
+            completed: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+
+    /// The lease: pass it to the store's `complete_using`.
+    pub fn lease(&self) -> &Lease {
+        &self.0.lease
+    }
+
+    /// Says the record was completed by the service itself (call it after the commit).
+    pub fn mark_completed(&self) {
+        self.0
+            .completed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// True once [`LeaseHandle::mark_completed`] was called.
+    pub fn is_completed(&self) -> bool {
+        self.0.completed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// The idempotency middleware. For each request:
 ///
 /// 1. A method that is not covered passes through untouched.
@@ -313,8 +354,13 @@ where
 {
     let rp = &covered.route;
     let ttl = rp.lease_ttl;
+    let handle = LeaseHandle::new(lease.clone());
+    let mut request = request;
+    request.extensions_mut().insert(handle.clone());
     let response = match with_renewal(store, &lease, ttl, inner.call(request)).await {
+        Ok(r) if handle.is_completed() => return Ok(r.map(boxed)),
         Ok(r) => r,
+        Err(e) if handle.is_completed() => return Err(e),
         Err(e) => {
             if not_sent(&e) {
                 write_outcome("release", || store.release(&lease)).await;

@@ -271,7 +271,8 @@ async fn client_errors_are_stored_and_replayed() {
 async fn expired_key_is_treated_as_new() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.record_ttl = Some("300ms".into())
+        c.defaults.record_ttl = Some("300ms".into());
+        c.defaults.lease_ttl = Some("100ms".into());
     })
     .await;
     let k = key();
