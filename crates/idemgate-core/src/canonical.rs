@@ -16,6 +16,7 @@
 //! assert_eq!(canonical_json(b"9007199254740993", &[]), None);
 //! ```
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use serde_json::Value;
@@ -84,7 +85,7 @@ struct Scanner<'a> {
     i: usize,
 }
 
-impl Scanner<'_> {
+impl<'a> Scanner<'a> {
     fn ws(&mut self) {
         while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
             self.i += 1;
@@ -116,7 +117,7 @@ impl Scanner<'_> {
 
     fn object(&mut self, depth: usize) -> Option<()> {
         self.i += 1;
-        let mut names = HashSet::new();
+        let mut names = Names::default();
         self.ws();
         if self.b.get(self.i) == Some(&b'}') {
             self.i += 1;
@@ -172,7 +173,7 @@ impl Scanner<'_> {
 
     /// Decodes a string token; escapes (including surrogate pairs) by serde_json, which
     /// rejects lone surrogates, text that no Unicode string can hold.
-    fn string(&mut self) -> Option<String> {
+    fn string(&mut self) -> Option<Cow<'a, str>> {
         let start = self.i;
         self.i += 1;
         let mut plain = true;
@@ -187,11 +188,12 @@ impl Scanner<'_> {
             }
         }
         self.i += 1;
-        let token = &self.text[start..self.i];
+        let text: &'a str = self.text;
+        let token = &text[start..self.i];
         if plain {
-            return Some(token[1..token.len() - 1].to_owned());
+            return Some(Cow::Borrowed(&token[1..token.len() - 1]));
         }
-        serde_json::from_str(token).ok()
+        serde_json::from_str::<String>(token).ok().map(Cow::Owned)
     }
 
     fn number(&mut self) -> Option<()> {
@@ -205,11 +207,41 @@ impl Scanner<'_> {
             self.i += 1;
         }
         let token = &self.text[start..self.i];
+        // Fast path: without an exponent, at most 15 significant digits (DBL_DIG) always
+        // survive a double and come back as the same decimal.
+        if !token.contains(['e', 'E']) && token.bytes().filter(u8::is_ascii_digit).count() <= 15 {
+            return Some(());
+        }
         let double: f64 = token.parse().ok()?;
         if !double.is_finite() {
             return None;
         }
         (decimal_value(token)? == decimal_value(&format!("{double:e}"))?).then_some(())
+    }
+}
+
+/// The member names of one object seen so far: a short list for the usual small objects,
+/// a hash set past 16 names.
+#[derive(Default)]
+struct Names<'a> {
+    few: Vec<Cow<'a, str>>,
+    many: HashSet<Cow<'a, str>>,
+}
+
+impl<'a> Names<'a> {
+    /// Adds `name`; false if it was already there.
+    fn insert(&mut self, name: Cow<'a, str>) -> bool {
+        if self.many.is_empty() {
+            if self.few.contains(&name) {
+                return false;
+            }
+            if self.few.len() < 16 {
+                self.few.push(name);
+                return true;
+            }
+            self.many.extend(self.few.drain(..));
+        }
+        self.many.insert(name)
     }
 }
 

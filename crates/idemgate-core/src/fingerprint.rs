@@ -75,20 +75,20 @@ pub struct FingerprintInput<'a> {
 }
 
 /// How bodies are canonicalized.
-#[derive(Debug, Clone)]
-pub struct FingerprintOptions {
+#[derive(Debug, Clone, Copy)]
+pub struct FingerprintOptions<'a> {
     /// RFC 6901 JSON Pointers removed from JSON bodies before hashing (client timestamps,
     /// trace ids). Defaults to none.
-    pub ignore_json_pointers: Vec<String>,
+    pub ignore_json_pointers: &'a [String],
     /// Largest decoded size of a gzip body, in bytes; a larger or undecodable body is hashed
     /// as received. Defaults to 8 MiB.
     pub max_decoded_bytes: usize,
 }
 
-impl Default for FingerprintOptions {
+impl Default for FingerprintOptions<'_> {
     fn default() -> Self {
         Self {
-            ignore_json_pointers: Vec::new(),
+            ignore_json_pointers: &[],
             max_decoded_bytes: 8 << 20,
         }
     }
@@ -96,7 +96,7 @@ impl Default for FingerprintOptions {
 
 impl Fingerprint {
     /// Computes the current-version fingerprint of a request.
-    pub fn compute(input: &FingerprintInput<'_>, opts: &FingerprintOptions) -> Self {
+    pub fn compute(input: &FingerprintInput<'_>, opts: &FingerprintOptions<'_>) -> Self {
         let mut h = Sha256::new();
         field(&mut h, b"idemgate-fingerprint-v1");
         field(&mut h, input.method.as_bytes());
@@ -130,7 +130,7 @@ impl Fingerprint {
         });
         let canonical = match media.as_deref() {
             Some(m) if m == "application/json" || m.ends_with("+json") => {
-                canonical_json(body, &opts.ignore_json_pointers).map(|c| (b'J', c))
+                canonical_json(body, opts.ignore_json_pointers).map(|c| (b'J', c))
             }
             Some("application/x-www-form-urlencoded") => Some((b'F', sorted_pairs(body))),
             _ => None,
@@ -156,7 +156,7 @@ impl Fingerprint {
     pub fn compute_version(
         version: u16,
         input: &FingerprintInput<'_>,
-        opts: &FingerprintOptions,
+        opts: &FingerprintOptions<'_>,
     ) -> Option<Self> {
         (version == CURRENT_VERSION).then(|| Self::compute(input, opts))
     }

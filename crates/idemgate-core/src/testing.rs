@@ -1,7 +1,7 @@
 //! The store conformance suite: every backend runs the same cases.
 //!
 //! In a store crate's tests:
-//! ```ignore
+//! ```text
 //! idemgate_core::store_conformance!(my_crate_tests::make_store);
 //! ```
 //! where `make_store` is an `async fn() -> Option<impl IdempotencyStore>` that returns a store with

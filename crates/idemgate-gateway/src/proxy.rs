@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idemgate_core::BoxError;
 use idemgate_tower::body::BoxBody;
-use idemgate_tower::headers::{connection_tokens, is_hop_by_hop};
+use idemgate_tower::headers::{connection_tokens, HOP_BY_HOP};
 use idemgate_tower::NotSent;
 
 /// The upstream did not send response headers within the configured timeout. The request
@@ -62,23 +62,29 @@ impl Proxy {
     }
 
     fn upstream_uri(&self, uri: &Uri) -> Result<Uri, http::Error> {
-        let pq = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let path_and_query = match uri.path_and_query() {
+            Some(pq) if self.base_path.is_empty() => pq.clone(),
+            pq => {
+                let pq = pq.map_or("/", |pq| pq.as_str());
+                format!("{}{pq}", self.base_path).try_into()?
+            }
+        };
         Ok(Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
-            .path_and_query(format!("{}{pq}", self.base_path))
+            .path_and_query(path_and_query)
             .build()?)
     }
 }
 
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those `Connection` names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let connection = connection_tokens(headers);
-    let doomed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|n| is_hop_by_hop(n, &connection))
-        .cloned()
-        .collect();
-    for name in doomed {
+    if headers.contains_key(http::header::CONNECTION) {
+        for name in connection_tokens(headers) {
+            headers.remove(name);
+        }
+    }
+    for name in HOP_BY_HOP {
         headers.remove(name);
     }
 }

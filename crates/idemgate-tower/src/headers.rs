@@ -10,9 +10,8 @@ use crate::body::{full, BoxBody};
 /// `Idempotent-Replayed: true` marks a replay (the Stripe convention).
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1), never stored or replayed, and `content-length`,
-/// which a replay recomputes.
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded, stored or replayed.
+pub const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),

@@ -563,7 +563,7 @@ fn fingerprint_of(
         body,
     };
     let opts = FingerprintOptions {
-        ignore_json_pointers: rp.ignore_json_pointers.clone(),
+        ignore_json_pointers: &rp.ignore_json_pointers,
         max_decoded_bytes: rp.max_body_bytes.saturating_mul(8),
     };
     Fingerprint::compute(&input, &opts)

@@ -53,6 +53,15 @@ fn lossy_texts_are_refused() {
         assert_eq!(canonical_json(text.as_bytes(), &[]), None, "{text}");
     }
     assert_eq!(canonical_json(b"\xff", &[]), None);
+    // a duplicate past the first 16 names of a large object
+    let members: Vec<String> = (0..20).map(|i| format!("\"m{i}\":{i}")).collect();
+    let wide = format!("{{{},\"m3\":0}}", members.join(","));
+    assert_eq!(canonical_json(wide.as_bytes(), &[]), None);
+    let unique = format!("{{{}}}", members.join(","));
+    assert!(canonical_json(unique.as_bytes(), &[]).is_some());
+    // 15 significant digits pass, 17 that a double cannot hold do not
+    assert!(canonical_json(b"123456789012.345", &[]).is_some());
+    assert_eq!(canonical_json(b"12345678901234567", &[]), None);
     let deep = "[".repeat(200) + &"]".repeat(200);
     assert_eq!(canonical_json(deep.as_bytes(), &[]), None);
 }
