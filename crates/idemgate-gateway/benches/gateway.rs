@@ -249,9 +249,11 @@ impl Gateway {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
+        // Dropping the gateway kills and reaps the process, on every path.
+        let gateway = Self { addr, child };
         for _ in 0..200 {
             if std::net::TcpStream::connect(addr).is_ok() {
-                return Self { addr, child };
+                return gateway;
             }
             std::thread::sleep(Duration::from_millis(25));
         }

@@ -69,11 +69,11 @@ impl Proxy {
                 format!("{}{pq}", self.base_path).try_into()?
             }
         };
-        Ok(Uri::builder()
+        Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
             .path_and_query(path_and_query)
-            .build()?)
+            .build()
     }
 }
 

@@ -133,7 +133,7 @@ async fn create_payment(
     }
     // The key's completion and the payment commit together.
     app.store
-        .complete_using(&mut *tx, lease.lease(), &stored)
+        .complete_using(&mut tx, lease.lease(), &stored)
         .await
         .map_err(|e| fail(&e))?;
     tx.commit().await.map_err(|e| fail(&e))?;

@@ -26,12 +26,13 @@ fn start(url: &str, port: u16, payments: &str, idem: &str) -> Service {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    let service = Service {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
     for _ in 0..200 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Service {
-                child,
-                base: format!("http://127.0.0.1:{port}"),
-            };
+            return service;
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -42,6 +42,16 @@ fn record(state: RecordState, lease: Option<i64>, replayable: bool) -> Idempoten
     }
 }
 
+/// (name, stored record, fingerprint, now, policy, expected decision).
+type Row = (
+    &'static str,
+    Option<IdempotencyRecord>,
+    u8,
+    i64,
+    DecisionPolicy,
+    Decision,
+);
+
 /// Every row of the DESIGN.md contract table that the decision owns, and every transition.
 #[test]
 fn decision_table() {
@@ -60,7 +70,7 @@ fn decision_table() {
     let ttl_end = T0 + 86_400_000;
     let max_lease_end = T0 + dflt.max_lease.as_millis() as i64;
     #[rustfmt::skip]
-    let rows: Vec<(&str, Option<IdempotencyRecord>, u8, i64, DecisionPolicy, Decision)> = vec![
+    let rows: Vec<Row> = vec![
         ("first request", None, 1, T0, dflt, Insert),
         ("in flight, lease valid", Some(record(InProgress, Some(lease_end), false)), 1, T0 + 1, dflt, InFlight { retry_after_ms: 1000 }),
         ("in flight, lease about to lapse", Some(record(InProgress, Some(lease_end), false)), 1, lease_end - 300, dflt, InFlight { retry_after_ms: 300 }),

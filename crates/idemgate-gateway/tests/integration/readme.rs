@@ -28,9 +28,10 @@ fn start(args: &[&str], port: u16) -> Process {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let process = Process(child);
     for _ in 0..200 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Process(child);
+            return process;
         }
         std::thread::sleep(Duration::from_millis(25));
     }

@@ -104,12 +104,13 @@ impl RedisServer {
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server is installed");
+        let server = Self(child);
         for _ in 0..100 {
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
                 .await
                 .is_ok()
             {
-                return Self(child);
+                return server;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
