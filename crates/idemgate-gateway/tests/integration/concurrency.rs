@@ -80,3 +80,50 @@ async fn an_upstream_slower_than_the_lease_is_never_run_twice() {
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(up.count(), 1);
 }
+
+/// DESIGN.md's duplicate storm: 1,000 concurrent copies of one key run once, with no 5xx,
+/// while unrelated requests go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_of_a_thousand_duplicates_runs_once() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("idemgate.db").display());
+    let gw = gateway(&up.base, &store, |_| {}).await;
+    let http = client();
+    let storm_key = key();
+    let send = |k: String, path: &'static str| {
+        let req = http
+            .post(format!("{}{path}", gw.base))
+            .header("authorization", "Bearer alice")
+            .header("content-type", "application/json")
+            .header("idempotency-key", k)
+            .body("{}");
+        tokio::spawn(async move { req.send().await.map(|r| r.status().as_u16()) })
+    };
+    let storm: Vec<_> = (0..1000)
+        .map(|_| send(storm_key.clone(), "/payments?delay_ms=500"))
+        .collect();
+    let unrelated: Vec<_> = (0..20).map(|_| send(key(), "/orders")).collect();
+    for t in unrelated {
+        assert_eq!(
+            t.await.unwrap().unwrap(),
+            201,
+            "unrelated traffic is unaffected"
+        );
+    }
+    let (mut created, mut conflicts) = (0, 0);
+    for t in storm {
+        match t.await.unwrap().unwrap() {
+            201 => created += 1,
+            409 => conflicts += 1,
+            s => panic!("storm request got {s}"),
+        }
+    }
+    assert!(created >= 1, "the first request succeeded");
+    assert_eq!(created + conflicts, 1000);
+    assert_eq!(
+        up.count(),
+        21,
+        "one execution for the storm key, one per unrelated request"
+    );
+}
