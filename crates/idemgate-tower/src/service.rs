@@ -12,7 +12,9 @@ use http::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE
 use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idemgate_core::fingerprint::{Fingerprint, FingerprintInput, FingerprintOptions};
+use idemgate_core::fingerprint::{
+    Fingerprint, FingerprintInput, FingerprintOptions, CURRENT_VERSION,
+};
 use idemgate_core::key::parse_header_values_with;
 use idemgate_core::{
     decide, AcquireOutcome, AcquireRequest, BoxError, Decision, IdempotencyStore, Lease,
@@ -166,6 +168,8 @@ struct Covered {
     scope: ScopedKey,
     label: String,
     fingerprint: Fingerprint,
+    /// The request body, to fingerprint it again for a record of another algorithm version.
+    body: Bytes,
     policy: Arc<Policy>,
     route: Arc<RoutePolicy>,
 }
@@ -227,7 +231,12 @@ where
         Err(e) if e.is::<LengthLimitError>() => return reject(too_large),
         Err(_) => return reject(IdempotencyRejection::BodyUnreadable),
     };
-    let fingerprint = fingerprint_of(&parts, &resolved.route, &rp, &bytes);
+    let request_parts = (&parts.method, &parts.uri, &parts.headers);
+    let Some(fingerprint) =
+        fingerprint_of(request_parts, &resolved.route, &rp, &bytes, CURRENT_VERSION)
+    else {
+        return reject(IdempotencyRejection::Internal);
+    };
     parts.headers.remove(IDEMPOTENT_REPLAYED);
     let covered = Covered {
         scope: ScopedKey {
@@ -237,6 +246,7 @@ where
         },
         label: label.to_owned(),
         fingerprint,
+        body: bytes.clone(),
         policy: policy.clone(),
         route: rp,
     };
@@ -272,7 +282,7 @@ where
         count(&covered.label, outcome_label(&r));
         Ok(r.into_response(&covered.policy.problem_type_base))
     };
-    let acquire = AcquireRequest {
+    let mut acquire = AcquireRequest {
         key: covered.scope.clone(),
         fingerprint: covered.fingerprint,
         token: LeaseToken::random(),
@@ -309,7 +319,18 @@ where
             }
             AcquireOutcome::Existing { record, now } => (record, now),
         };
-        return match decide(Some(&record), &covered.fingerprint, now, &acquire.policy) {
+        let version = record.fingerprint.version;
+        if version != acquire.fingerprint.version {
+            // A record from a release with another fingerprint algorithm: compare it with
+            // this request fingerprinted that way, so an upgrade never turns in-flight
+            // retries into mismatches (DESIGN.md, "Fingerprint safety").
+            let req = (request.method(), request.uri(), request.headers());
+            if let Some(fp) = fingerprint_of(req, &covered.scope.route, rp, &covered.body, version)
+            {
+                acquire.fingerprint = fp;
+            }
+        }
+        return match decide(Some(&record), &acquire.fingerprint, now, &acquire.policy) {
             Decision::Replay => {
                 count(&covered.label, "replayed");
                 Ok(replay(
@@ -534,29 +555,31 @@ fn principal_of(headers: &HeaderMap, source: &PrincipalSource) -> Option<String>
     }
 }
 
+/// The request's fingerprint by algorithm `version` (`None` if this build does not know it).
 fn fingerprint_of(
-    parts: &http::request::Parts,
+    req: (&http::Method, &http::Uri, &HeaderMap),
     route: &str,
     rp: &RoutePolicy,
     body: &[u8],
-) -> Fingerprint {
-    let header = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    version: u16,
+) -> Option<Fingerprint> {
+    let (method, uri, headers) = req;
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let extra: Vec<(&str, &[u8])> = rp
         .fingerprint_headers
         .iter()
         .flat_map(|n| {
-            parts
-                .headers
+            headers
                 .get_all(n)
                 .iter()
                 .map(move |v| (n.as_str(), v.as_bytes()))
         })
         .collect();
     let input = FingerprintInput {
-        method: parts.method.as_str(),
+        method: method.as_str(),
         route,
-        path: parts.uri.path(),
-        query: parts.uri.query(),
+        path: uri.path(),
+        query: uri.query(),
         content_type: header(CONTENT_TYPE),
         content_encoding: header(CONTENT_ENCODING),
         headers: &extra,
@@ -566,7 +589,7 @@ fn fingerprint_of(
         ignore_json_pointers: &rp.ignore_json_pointers,
         max_decoded_bytes: rp.max_body_bytes.saturating_mul(8),
     };
-    Fingerprint::compute(&input, &opts)
+    Fingerprint::compute_version(version, &input, &opts)
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {

@@ -73,3 +73,62 @@ async fn other_errors_fail_the_key() {
     );
     assert_eq!(store.len(), 1);
 }
+
+/// A record written by a release with a fingerprint algorithm this build does not know is
+/// never replayed to a request it cannot compare: the answer is a mismatch, and the record
+/// is left as it is.
+#[tokio::test]
+async fn a_record_of_an_unknown_fingerprint_version_is_not_replayed() {
+    use idemgate_core::{
+        AcquireOutcome, AcquireRequest, DecisionPolicy, Fingerprint, IdempotencyKey,
+        IdempotencyStore, LeaseToken, ScopedKey, StoredResponse,
+    };
+    use idemgate_tower::{PrincipalSource, RoutePolicy};
+
+    let store = Arc::new(MemoryStore::new());
+    let scope = ScopedKey {
+        principal: "hdr:alice".into(),
+        route: "POST /payments".into(),
+        key: IdempotencyKey::new("key-00000003").unwrap(),
+    };
+    let old = AcquireRequest {
+        key: scope.clone(),
+        fingerprint: Fingerprint {
+            version: 99,
+            digest: [1; 32],
+        },
+        token: LeaseToken::random(),
+        lease_ttl: std::time::Duration::from_secs(10),
+        record_ttl: std::time::Duration::from_secs(3600),
+        policy: DecisionPolicy::default(),
+    };
+    let AcquireOutcome::Acquired { lease, .. } = store.acquire(&old).await.unwrap() else {
+        panic!("fresh store");
+    };
+    let stored = StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: "old".into(),
+        replayable: true,
+    };
+    store.complete(&lease, &stored).await.unwrap();
+
+    let policy = Policy::default().with_default_route(RoutePolicy {
+        principal: PrincipalSource::Header(http::HeaderName::from_static("x-user")),
+        ..RoutePolicy::default()
+    });
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = IdempotencyLayer::new(store.clone(), policy)
+        .layer(failing(calls.clone(), || "unused".into()));
+    let req = Request::post("/payments")
+        .header("idempotency-key", "key-00000003")
+        .header("x-user", "alice")
+        .body(full("{}".into()))
+        .unwrap();
+    let resp = svc.oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), 422);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    let rec = store.get(&scope).await.unwrap().unwrap();
+    assert_eq!(rec.fingerprint.version, 99);
+    assert_eq!(rec.response.unwrap().body, "old");
+}
