@@ -192,6 +192,29 @@ async fn purge_loop(
             Ok(n) => tracing::info!(purged = n, "purged expired idempotency records"),
             Err(e) => tracing::warn!(error = %e, "purge failed"),
         }
+        export_store_gauges(&store).await;
+    }
+}
+
+/// Sets the record gauges (DESIGN.md, "TTL and cleanup") where the store can count them
+/// cheaply: rows and bytes held, oldest record age, stuck `in_progress` records.
+async fn export_store_gauges(store: &AnyStore) {
+    let AnyStore::Sqlite(sqlite) = store else {
+        return;
+    };
+    match sqlite.stats().await {
+        Ok(s) => {
+            metrics::gauge!("idempotency_records").set(s.rows as f64);
+            metrics::gauge!("idempotency_record_body_bytes").set(s.body_bytes as f64);
+            metrics::gauge!("idempotency_expired_records").set(s.expired_rows as f64);
+            metrics::gauge!("idempotency_stuck_in_progress_records")
+                .set(s.stuck_in_progress as f64);
+            let age = s.oldest_created_at.map_or(0.0, |t| {
+                (idemgate_core::now_millis() - t).max(0) as f64 / 1000.0
+            });
+            metrics::gauge!("idempotency_oldest_record_age_seconds").set(age);
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read store statistics"),
     }
 }
 
