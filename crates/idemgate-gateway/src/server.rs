@@ -62,6 +62,7 @@ pub async fn run_with_store(
     };
     let type_base = config.policy.problem_type_base.clone();
     let layer = IdempotencyLayer::new(store.clone(), config.policy);
+    let detached = layer.detached_tasks().clone();
     let proxy = layer.layer(Proxy::new(&config.upstream, config.upstream_timeout));
     let service = HandleError::new(proxy, move |e: BoxError| {
         let type_base = type_base.clone();
@@ -110,6 +111,16 @@ pub async fn run_with_store(
     )
     .with_graceful_shutdown(stopped(stop_rx))
     .await?;
+    // Operations whose clients left still run; let them finish and record their outcome
+    // (bounded by the upstream timeout), or their keys would be retried after the lease.
+    detached.close();
+    let grace = config.upstream_timeout + Duration::from_secs(5);
+    if tokio::time::timeout(grace, detached.wait()).await.is_err() {
+        tracing::warn!(
+            pending = detached.len(),
+            "shutting down with operations still running"
+        );
+    }
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use crate::policy::Policy;
@@ -40,6 +41,7 @@ use crate::service::Idempotency;
 pub struct IdempotencyLayer<St> {
     store: Arc<St>,
     policy: Arc<Policy>,
+    tasks: TaskTracker,
 }
 
 impl<St> Clone for IdempotencyLayer<St> {
@@ -47,6 +49,7 @@ impl<St> Clone for IdempotencyLayer<St> {
         Self {
             store: self.store.clone(),
             policy: self.policy.clone(),
+            tasks: self.tasks.clone(),
         }
     }
 }
@@ -57,7 +60,16 @@ impl<St> IdempotencyLayer<St> {
         Self {
             store,
             policy: Arc::new(policy),
+            tasks: TaskTracker::new(),
         }
+    }
+
+    /// The detached tasks (forwarded operations and their outcome writes) of every service
+    /// this layer made. Before the runtime shuts down, `close()` it and await `wait()`:
+    /// a task cut off there would leave its record `in_progress` until its lease lapses,
+    /// and a retry would then run the operation again.
+    pub fn detached_tasks(&self) -> &TaskTracker {
+        &self.tasks
     }
 
     /// The policy in force.
@@ -70,6 +82,11 @@ impl<S, St> Layer<S> for IdempotencyLayer<St> {
     type Service = Idempotency<S, St>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Idempotency::new(inner, self.store.clone(), self.policy.clone())
+        Idempotency::with_tasks(
+            inner,
+            self.store.clone(),
+            self.policy.clone(),
+            self.tasks.clone(),
+        )
     }
 }

@@ -21,6 +21,7 @@ use idemgate_core::{
     LeaseToken, ScopedKey, StoreError, StoredResponse,
 };
 use sha2::{Digest, Sha256};
+use tokio_util::task::TaskTracker;
 use tower::Service;
 
 use crate::body::{boxed, buffer_up_to, chain, full, BoxBody, Buffered};
@@ -102,6 +103,7 @@ pub struct Idempotency<S, St> {
     inner: S,
     store: Arc<St>,
     policy: Arc<Policy>,
+    tasks: TaskTracker,
 }
 
 impl<S: Clone, St> Clone for Idempotency<S, St> {
@@ -110,6 +112,7 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
             inner: self.inner.clone(),
             store: self.store.clone(),
             policy: self.policy.clone(),
+            tasks: self.tasks.clone(),
         }
     }
 }
@@ -117,11 +120,23 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
 impl<S, St> Idempotency<S, St> {
     /// Wraps `inner`.
     pub fn new(inner: S, store: Arc<St>, policy: Arc<Policy>) -> Self {
+        Self::with_tasks(inner, store, policy, TaskTracker::new())
+    }
+
+    /// Wraps `inner`, spawning detached work on `tasks` (see
+    /// [`crate::IdempotencyLayer::detached_tasks`]).
+    pub fn with_tasks(inner: S, store: Arc<St>, policy: Arc<Policy>, tasks: TaskTracker) -> Self {
         Self {
             inner,
             store,
             policy,
+            tasks,
         }
+    }
+
+    /// The detached tasks of this service: await them before shutting the runtime down.
+    pub fn detached_tasks(&self) -> &TaskTracker {
+        &self.tasks
     }
 
     /// The wrapped service.
@@ -159,7 +174,13 @@ where
         // this call and leave the clone for the next poll_ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(handle(inner, self.store.clone(), self.policy.clone(), req))
+        Box::pin(handle(
+            inner,
+            self.store.clone(),
+            self.policy.clone(),
+            self.tasks.clone(),
+            req,
+        ))
     }
 }
 
@@ -178,6 +199,7 @@ async fn handle<S, St, B, ResB>(
     inner: S,
     store: Arc<St>,
     policy: Arc<Policy>,
+    tasks: TaskTracker,
     req: Request<B>,
 ) -> Result<Response<BoxBody>, S::Error>
 where
@@ -252,7 +274,7 @@ where
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let request = Request::from_parts(parts, full(bytes));
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let result = run(inner, store, covered, request).await;
         let _ = tx.send(result);
     });

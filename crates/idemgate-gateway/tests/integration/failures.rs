@@ -180,3 +180,50 @@ async fn a_crashed_holder_is_taken_over_after_its_lease() {
     let replay = post(&base, path, Some(&k), "{}").send().await.unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
 }
+
+/// SIGTERM drains: an operation whose client already left still finishes and records its
+/// outcome before the process exits, so the retry after a restart gets the replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_waits_for_detached_operations() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "store = \"sqlite://{}\"\n",
+            dir.path().join("idemgate.db").display()
+        ),
+    )
+    .unwrap();
+    let mut gw = spawn_binary(&up.base, &config).await;
+    let k = key();
+    let path = "/payments?delay_ms=1500";
+    let gone = post(&gw.base, path, Some(&k), "{}")
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client left");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &gw.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exited = tokio::task::spawn_blocking(move || {
+        let code = gw.child.wait().unwrap();
+        (gw, code)
+    });
+    let (gw, code) = tokio::time::timeout(Duration::from_secs(20), exited)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(code.success(), "clean exit: {code:?}");
+    assert_eq!(up.count(), 1);
+    drop(gw);
+
+    let gw = spawn_binary(&up.base, &config).await;
+    let replay = post(&gw.base, path, Some(&k), "{}").send().await.unwrap();
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(up.count(), 1);
+}
