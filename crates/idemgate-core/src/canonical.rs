@@ -1,19 +1,22 @@
-//! Lossless canonical JSON: RFC 8785 (JCS), or nothing.
+//! Canonical JSON for fingerprints: RFC 8785 member order and string form, numbers exactly
+//! as written, or nothing.
 //!
-//! [`canonical_json`] returns the RFC 8785 canonical form of a JSON text only when that form
-//! loses nothing an upstream could read: the text must be valid UTF-8 JSON, member names must
-//! be unique within each object (after unescaping, so `"\u00e9"` and `"é"` are the same name),
-//! and every number must round-trip through an IEEE-754 double (`9007199254740993` and
-//! `0.30000000000000001` do not). Otherwise it returns `None` and the caller hashes the raw
-//! bytes instead (DESIGN.md, "Fingerprint safety").
+//! [`canonical_json`] writes a JSON text with its members sorted by UTF-16 code units and its
+//! strings in the RFC 8785 (JCS) form (§3.2.2.2, §3.2.3), without whitespace, so member
+//! order, whitespace and string escapes (`"\u00e9"` vs `"é"`) never change a fingerprint.
+//! Numbers are kept **as written**: RFC 8785 rewrites them as ECMAScript doubles, which makes
+//! `1000.0`, `1e3` and `1000` one number and `9007199254740993` equal to
+//! `9007199254740992`, while an upstream that reads integers or decimals exactly sees
+//! different requests. The text must be valid UTF-8 JSON with unique member names (after
+//! unescaping) and no lone surrogates; otherwise it returns `None` and the caller hashes the
+//! raw bytes (DESIGN.md, "Fingerprint safety"). [`jcs`] is plain RFC 8785, for comparison.
 //!
 //! ```
 //! use idemgate_core::canonical::canonical_json;
 //!
 //! let a = canonical_json(br#"{ "b": 2, "a": 1.50 }"#, &[]).unwrap();
-//! assert_eq!(a, br#"{"a":1.5,"b":2}"#);
+//! assert_eq!(a, br#"{"a":1.50,"b":2}"#);
 //! assert_eq!(canonical_json(br#"{"a":1,"a":2}"#, &[]), None);
-//! assert_eq!(canonical_json(b"9007199254740993", &[]), None);
 //! ```
 
 use std::borrow::Cow;
@@ -24,75 +27,139 @@ use serde_json::Value;
 /// Deepest nesting accepted (serde_json's own recursion limit). Deeper texts are hashed raw.
 const MAX_DEPTH: usize = 128;
 
-/// Canonicalizes `body` with RFC 8785 after removing the members named by `ignore`
+/// Canonicalizes `body` (see the module docs) after removing the values named by `ignore`
 /// (RFC 6901 JSON Pointers; a pointer that names nothing is skipped).
 ///
-/// Returns `None` when the text cannot be canonicalized without loss (see the module docs).
+/// Returns `None` when the text is not valid JSON, holds duplicate member names or a lone
+/// surrogate, or nests deeper than 128 levels.
 pub fn canonical_json(body: &[u8], ignore: &[String]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(body).ok()?;
-    let mut scanner = Scanner {
+    // serde_json checks the grammar (numbers, control characters, escapes) in full.
+    serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
+    let mut parser = Parser {
         b: text.as_bytes(),
         text,
         i: 0,
     };
-    scanner.value(0)?;
-    scanner.ws();
-    if scanner.i != scanner.b.len() {
-        return None;
-    }
-    let mut value: Value = serde_json::from_str(text).ok()?;
+    let mut value = parser.value(0)?;
     for pointer in ignore {
         remove_pointer(&mut value, pointer);
     }
-    serde_json_canonicalizer::to_vec(&value).ok()
+    let mut out = Vec::with_capacity(body.len());
+    write(&value, &mut out);
+    Some(out)
 }
 
 /// Plain RFC 8785: parses `body` as I-JSON (numbers as IEEE-754 doubles, the last of
-/// duplicate names wins) and writes its canonical form. Unlike [`canonical_json`] it accepts
-/// lossy texts, so it is not safe for fingerprints on its own: `333333333.33333329` and
-/// `333333333.3333333` share one form here.
+/// duplicate names wins) and writes its canonical form. Not safe for fingerprints: it makes
+/// `1000.0` and `1000`, or `9007199254740993` and `9007199254740992`, one value.
 pub fn jcs(body: &[u8]) -> Option<Vec<u8>> {
     let value: Value = serde_json::from_slice(body).ok()?;
     serde_json_canonicalizer::to_vec(&value).ok()
 }
 
+/// A parsed JSON value that keeps numbers and literals as written.
+enum Json<'a> {
+    /// `null`, `true`, `false` or a number, as written.
+    Literal(&'a str),
+    String(Cow<'a, str>),
+    Array(Vec<Json<'a>>),
+    Object(Vec<(Cow<'a, str>, Json<'a>)>),
+}
+
 /// Removes the value a JSON Pointer (RFC 6901) names: an object member or an array element.
-fn remove_pointer(value: &mut Value, pointer: &str) {
-    let Some((parent, last)) = pointer.rsplit_once('/') else {
+fn remove_pointer(value: &mut Json<'_>, pointer: &str) {
+    let Some(rest) = pointer.strip_prefix('/') else {
         return;
     };
-    let last = last.replace("~1", "/").replace("~0", "~");
-    match value.pointer_mut(parent) {
-        Some(Value::Object(map)) => {
-            map.remove(&last);
-        }
-        Some(Value::Array(items)) => {
-            if let Ok(index) = last.parse::<usize>() {
-                if index < items.len() {
-                    items.remove(index);
+    let tokens: Vec<String> = rest
+        .split('/')
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let Some((last, parents)) = tokens.split_last() else {
+        return;
+    };
+    let mut at = value;
+    for token in parents {
+        at = match at {
+            Json::Object(members) => match members.iter_mut().find(|(k, _)| k == token) {
+                Some((_, v)) => v,
+                None => return,
+            },
+            Json::Array(items) => {
+                match token.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+                    Some(v) => v,
+                    None => return,
                 }
+            }
+            _ => return,
+        };
+    }
+    match at {
+        Json::Object(members) => members.retain(|(k, _)| k != last),
+        Json::Array(items) => {
+            if let Some(i) = last.parse::<usize>().ok().filter(|&i| i < items.len()) {
+                items.remove(i);
             }
         }
         _ => {}
     }
 }
 
-/// A syntax walk that finds what serde_json would silently accept with loss: duplicate
-/// member names and numbers a double cannot hold. serde_json validates everything else.
-struct Scanner<'a> {
+/// Writes the canonical form: members sorted by UTF-16 code units (RFC 8785 §3.2.3),
+/// strings as serde_json writes them (the JCS escapes, §3.2.2.2), no whitespace.
+fn write(value: &Json<'_>, out: &mut Vec<u8>) {
+    match value {
+        Json::Literal(text) => out.extend_from_slice(text.as_bytes()),
+        Json::String(s) => write_string(s, out),
+        Json::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write(item, out);
+            }
+            out.push(b']');
+        }
+        Json::Object(members) => {
+            let mut sorted: Vec<&(Cow<'_, str>, Json<'_>)> = members.iter().collect();
+            sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push(b'{');
+            for (i, (name, v)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(name, out);
+                out.push(b':');
+                write(v, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+fn write_string(s: &str, out: &mut Vec<u8>) {
+    // Writing a &str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// A recursive-descent parser over text serde_json already accepted; it keeps number text
+/// and finds duplicate member names, which serde_json would silently merge.
+struct Parser<'a> {
     b: &'a [u8],
     text: &'a str,
     i: usize,
 }
 
-impl<'a> Scanner<'a> {
+impl<'a> Parser<'a> {
     fn ws(&mut self) {
         while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
             self.i += 1;
         }
     }
 
-    fn value(&mut self, depth: usize) -> Option<()> {
+    fn value(&mut self, depth: usize) -> Option<Json<'a>> {
         if depth > MAX_DEPTH {
             return None;
         }
@@ -100,73 +167,70 @@ impl<'a> Scanner<'a> {
         match *self.b.get(self.i)? {
             b'{' => self.object(depth),
             b'[' => self.array(depth),
-            b'"' => self.string().map(drop),
-            b'-' | b'0'..=b'9' => self.number(),
-            b't' => self.literal("true"),
-            b'f' => self.literal("false"),
-            b'n' => self.literal("null"),
-            _ => None,
+            b'"' => self.string().map(Json::String),
+            _ => {
+                let start = self.i;
+                while self.i < self.b.len()
+                    && !matches!(
+                        self.b[self.i],
+                        b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r'
+                    )
+                {
+                    self.i += 1;
+                }
+                let text: &'a str = self.text;
+                Some(Json::Literal(&text[start..self.i]))
+            }
         }
     }
 
-    fn literal(&mut self, word: &str) -> Option<()> {
-        self.b[self.i..].starts_with(word.as_bytes()).then(|| {
-            self.i += word.len();
-        })
-    }
-
-    fn object(&mut self, depth: usize) -> Option<()> {
+    fn object(&mut self, depth: usize) -> Option<Json<'a>> {
         self.i += 1;
         let mut names = Names::default();
+        let mut members = Vec::new();
         self.ws();
         if self.b.get(self.i) == Some(&b'}') {
             self.i += 1;
-            return Some(());
+            return Some(Json::Object(members));
         }
         loop {
             self.ws();
-            if self.b.get(self.i) != Some(&b'"') {
-                return None;
-            }
             let name = self.string()?;
-            if !names.insert(name) {
+            if !names.insert(name.clone()) {
                 return None;
             }
             self.ws();
-            if self.b.get(self.i) != Some(&b':') {
-                return None;
-            }
-            self.i += 1;
-            self.value(depth + 1)?;
+            self.i += 1; // ':'
+            let value = self.value(depth + 1)?;
+            members.push((name, value));
             self.ws();
-            match self.b.get(self.i)? {
+            match *self.b.get(self.i)? {
                 b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Some(());
+                _ => {
+                    self.i += 1; // '}'
+                    return Some(Json::Object(members));
                 }
-                _ => return None,
             }
         }
     }
 
-    fn array(&mut self, depth: usize) -> Option<()> {
+    fn array(&mut self, depth: usize) -> Option<Json<'a>> {
         self.i += 1;
+        let mut items = Vec::new();
         self.ws();
         if self.b.get(self.i) == Some(&b']') {
             self.i += 1;
-            return Some(());
+            return Some(Json::Array(items));
         }
         loop {
-            self.value(depth + 1)?;
+            items.push(self.value(depth + 1)?);
             self.ws();
-            match self.b.get(self.i)? {
+            match *self.b.get(self.i)? {
                 b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Some(());
+                _ => {
+                    self.i += 1; // ']'
+                    return Some(Json::Array(items));
                 }
-                _ => return None,
             }
         }
     }
@@ -174,6 +238,9 @@ impl<'a> Scanner<'a> {
     /// Decodes a string token; escapes (including surrogate pairs) by serde_json, which
     /// rejects lone surrogates, text that no Unicode string can hold.
     fn string(&mut self) -> Option<Cow<'a, str>> {
+        if self.b.get(self.i) != Some(&b'"') {
+            return None;
+        }
         let start = self.i;
         self.i += 1;
         let mut plain = true;
@@ -194,29 +261,6 @@ impl<'a> Scanner<'a> {
             return Some(Cow::Borrowed(&token[1..token.len() - 1]));
         }
         serde_json::from_str::<String>(token).ok().map(Cow::Owned)
-    }
-
-    fn number(&mut self) -> Option<()> {
-        let start = self.i;
-        while self.i < self.b.len()
-            && matches!(
-                self.b[self.i],
-                b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
-            )
-        {
-            self.i += 1;
-        }
-        let token = &self.text[start..self.i];
-        // Fast path: without an exponent, at most 15 significant digits (DBL_DIG) always
-        // survive a double and come back as the same decimal.
-        if !token.contains(['e', 'E']) && token.bytes().filter(u8::is_ascii_digit).count() <= 15 {
-            return Some(());
-        }
-        let double: f64 = token.parse().ok()?;
-        if !double.is_finite() {
-            return None;
-        }
-        (decimal_value(token)? == decimal_value(&format!("{double:e}"))?).then_some(())
     }
 }
 
@@ -243,30 +287,6 @@ impl<'a> Names<'a> {
         }
         self.many.insert(name)
     }
-}
-
-/// A decimal number as (negative, significant digits, exponent): the value is
-/// `digits × 10^exponent`, digits without leading or trailing zeros. Zero is `(false, "", 0)`.
-fn decimal_value(text: &str) -> Option<(bool, String, i64)> {
-    let (negative, text) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text),
-    };
-    let (mantissa, exponent) = match text.find(['e', 'E']) {
-        Some(at) => (&text[..at], text[at + 1..].parse::<i64>().ok()?),
-        None => (text, 0),
-    };
-    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let mut digits: String = int.chars().chain(frac.chars()).collect();
-    let mut exponent = exponent.checked_sub(i64::try_from(frac.len()).ok()?)?;
-    let trailing = digits.len() - digits.trim_end_matches('0').len();
-    digits.truncate(digits.len() - trailing);
-    exponent = exponent.checked_add(i64::try_from(trailing).ok()?)?;
-    let digits = digits.trim_start_matches('0').to_owned();
-    if digits.is_empty() {
-        return Some((false, digits, 0));
-    }
-    Some((negative, digits, exponent))
 }
 
 #[cfg(test)]

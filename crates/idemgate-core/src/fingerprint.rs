@@ -1,11 +1,12 @@
 //! Request fingerprints: what makes two requests "the same request".
 //!
 //! A [`Fingerprint`] is SHA-256 over the method, the route template, the concrete path, the
-//! query with its parameters sorted by name, configured request headers, and the body in
-//! canonical form: RFC 8785 JSON for `application/json` and `*+json` (after removing
-//! configured JSON Pointers), name-sorted pairs for `application/x-www-form-urlencoded`, raw
-//! bytes otherwise or when JSON cannot be canonicalized without loss (see
-//! [`crate::canonical`]). A `Content-Encoding: gzip` body is fingerprinted decoded. Every
+//! query with its parameters sorted by name, configured request headers, the media type of
+//! `Content-Type`, and the body in canonical form: canonical JSON for `application/json` and
+//! `*+json` (RFC 8785 order and strings, numbers as written, after removing configured JSON
+//! Pointers; see [`crate::canonical`]), name-sorted pairs for
+//! `application/x-www-form-urlencoded`, raw bytes otherwise or when the JSON has duplicate
+//! names or is not valid. A `Content-Encoding: gzip` body is fingerprinted decoded. Every
 //! field is length-prefixed, so no two different inputs concatenate to the same bytes.
 //!
 //! ```
@@ -128,6 +129,8 @@ impl Fingerprint {
                 .trim()
                 .to_ascii_lowercase()
         });
+        // The media type is part of what the upstream reads, whatever the body's form.
+        field(&mut h, media.as_deref().unwrap_or("").as_bytes());
         let canonical = match media.as_deref() {
             Some(m) if m == "application/json" || m.ends_with("+json") => {
                 canonical_json(body, opts.ignore_json_pointers).map(|c| (b'J', c))
@@ -227,7 +230,7 @@ mod tests {
                 r#" { "name" : "é", "amount" : 10 } "#.as_bytes()
             ))
         );
-        assert_eq!(
+        assert_ne!(
             a,
             fp(&input(
                 Some("application/problem+json"),
@@ -262,6 +265,16 @@ mod tests {
         assert_ne!(fp(&input(form, b"a=1&a=2")), fp(&input(form, b"a=2&a=1")));
         // the same bytes under different media types are different requests
         assert_ne!(fp(&input(form, b"a=1")), fp(&input(None, b"a=1")));
+        let raw = br#"{"a":1,"a":2}"#;
+        assert_ne!(fp(&input(Some("text/plain"), raw)), fp(&input(JSON, raw)));
+        assert_ne!(
+            fp(&input(None, b"x")),
+            fp(&input(Some("application/octet-stream"), b"x"))
+        );
+        assert_eq!(
+            fp(&input(Some("Application/JSON; charset=utf-8"), b"{}")),
+            fp(&input(Some("application/json"), b"{}"))
+        );
     }
 
     #[test]

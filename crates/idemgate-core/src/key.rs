@@ -162,12 +162,12 @@ fn parse_value(raw: &[u8], min: usize, max: usize) -> Result<IdempotencyKey, Key
             return Err(KeyError::Merged);
         }
         if let Some(index) = raw.iter().position(|&b| b == b'"' || b == b'\\') {
-            return Err(if raw[index] == b'"' {
-                KeyError::BadQuoting {
-                    reason: "a quote inside an unquoted key",
-                }
-            } else {
-                KeyError::InvalidChar { index }
+            return Err(KeyError::BadQuoting {
+                reason: if raw[index] == b'"' {
+                    "a quote inside an unquoted key"
+                } else {
+                    "a backslash is only allowed as an escape inside a quoted key"
+                },
             });
         }
         raw.to_vec()

@@ -39,8 +39,9 @@ pub fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
-/// The response headers kept for replay: all but hop-by-hop ones, `content-length` and the
-/// `deny` list (by default `set-cookie` and `date`), in order.
+/// The response headers kept for replay: all but hop-by-hop ones, `content-length`,
+/// `set-cookie` and `date` (never replayed, whatever the configuration says) and the `deny`
+/// list, in order.
 pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String, Bytes)> {
     let connection = connection_tokens(headers);
     headers
@@ -49,6 +50,8 @@ pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String
             !is_hop_by_hop(name, &connection)
                 && *name != header::CONTENT_LENGTH
                 && *name != IDEMPOTENT_REPLAYED
+                && *name != header::SET_COOKIE
+                && *name != header::DATE
                 && !deny.contains(name)
         })
         .map(|(name, value)| {

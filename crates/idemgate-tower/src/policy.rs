@@ -108,8 +108,9 @@ pub struct RoutePolicy {
     /// Largest response body stored for replay, in bytes; above it the response is delivered
     /// whole but not replayable. Defaults to 1 MiB.
     pub max_stored_response_bytes: usize,
-    /// Response headers never replayed (besides hop-by-hop ones). Defaults to `set-cookie`,
-    /// `date` (a replay gets a fresh `Date`).
+    /// Response headers never replayed, in addition to hop-by-hop ones, `set-cookie` and
+    /// `date` (never replayed whatever this says; a replay gets a fresh `Date`). Defaults to
+    /// `set-cookie`, `date`.
     pub replay_deny_headers: Vec<HeaderName>,
 }
 

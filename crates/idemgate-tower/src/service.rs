@@ -559,7 +559,11 @@ fn not_sent<E: 'static>(e: &E) -> bool {
 fn principal_of(headers: &HeaderMap, source: &PrincipalSource) -> Option<String> {
     match source {
         PrincipalSource::AuthorizationHash => {
-            let mut values = headers.get_all(AUTHORIZATION).iter().peekable();
+            let mut values = headers
+                .get_all(AUTHORIZATION)
+                .iter()
+                .filter(|v| !v.as_bytes().trim_ascii().is_empty())
+                .peekable();
             values.peek()?;
             let mut h = Sha256::new();
             for v in values {
