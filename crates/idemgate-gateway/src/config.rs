@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use http::{HeaderName, Method, StatusCode};
+use http::{HeaderName, StatusCode};
 use idemgate_core::LeaseExpiredPolicy;
 use idemgate_tower::{Policy, PrincipalSource, RoutePolicy, StatusPattern};
 use serde::Deserialize;
@@ -211,6 +211,7 @@ impl Config {
         OpenOptions {
             table: (!self.store_table.is_empty()).then(|| self.store_table.clone()),
             key_prefix: (!self.store_key_prefix.is_empty()).then(|| self.store_key_prefix.clone()),
+            create: true,
             migrate: self.store_migrate,
         }
     }
@@ -223,7 +224,20 @@ impl Config {
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        Self::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Parses TOML text: every unknown key is reported at once, then the first type error.
+    ///
+    /// # Errors
+    /// A message naming the offending keys.
+    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
+        let table: toml::Table = toml::from_str(text)?;
+        let unknown = unknown_keys(&table);
+        if !unknown.is_empty() {
+            anyhow::bail!("unknown keys: {}", unknown.join(", "));
+        }
+        Ok(toml::from_str(text)?)
     }
 
     /// Checks every value, returning all errors (each `field: problem`), not just the first.
@@ -238,6 +252,12 @@ impl Config {
         } else {
             parse_addr("admin_listen", &self.admin_listen, &mut errs)
         };
+        if listen.is_some() && listen == admin_listen {
+            errs.push(format!(
+                "admin_listen: `{}` is also `listen`; give it another port",
+                self.admin_listen
+            ));
+        }
         let upstream = parse_upstream(&self.upstream, &mut errs);
         let store = StoreUrl::parse(&self.store)
             .map_err(|e| errs.push(format!("store: {e}")))
@@ -258,9 +278,9 @@ impl Config {
             .ok();
         let mut methods = Vec::new();
         for m in &self.methods {
-            match Method::from_bytes(m.as_bytes()) {
+            match idemgate_tower::parse_method(m) {
                 Ok(m) => methods.push(m),
-                Err(_) => errs.push(format!("methods: `{m}` is not an HTTP method")),
+                Err(e) => errs.push(format!("methods: {e}")),
             }
         }
         if self.key_min_length == 0 || self.key_min_length > self.key_max_length {
@@ -327,6 +347,43 @@ impl Config {
             _ => Err(errs),
         }
     }
+}
+
+/// Every key the file has that [`Config`] or [`RouteConfig`] does not know, by path. Each
+/// key is tried alone against the real types, so the lists cannot drift from them.
+fn unknown_keys(table: &toml::Table) -> Vec<String> {
+    fn unknown<T: serde::de::DeserializeOwned>(key: &str, value: &toml::Value) -> bool {
+        let mut one = toml::Table::new();
+        one.insert(key.to_owned(), value.clone());
+        let own = format!("unknown field `{key}`");
+        matches!(one.try_into::<T>(), Err(e) if e.message().contains(&own))
+    }
+    let mut found = Vec::new();
+    for (key, value) in table {
+        if unknown::<Config>(key, value) {
+            found.push(format!("`{key}`"));
+            continue;
+        }
+        let route_keys = |t: &toml::Table, at: &str, found: &mut Vec<String>| {
+            for (k, v) in t {
+                if unknown::<RouteConfig>(k, v) {
+                    found.push(format!("`{at}.{k}`"));
+                }
+            }
+        };
+        match (key.as_str(), value) {
+            ("defaults", toml::Value::Table(t)) => route_keys(t, "defaults", &mut found),
+            ("routes", toml::Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let toml::Value::Table(t) = item {
+                        route_keys(t, &format!("routes[{i}]"), &mut found);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    found
 }
 
 fn parse_addr(field: &str, value: &str, errs: &mut Vec<String>) -> Option<SocketAddr> {

@@ -17,6 +17,7 @@ pub mod proxy;
 pub mod server;
 pub mod store;
 
+use anyhow::Context;
 use clap::Parser;
 
 use crate::cli::{Cli, Command, ConfigCommand};
@@ -35,6 +36,7 @@ pub async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| default_level.into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match dispatch(cli.command).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -50,9 +52,15 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Serve(args) => {
             let config = args.resolve()?;
             server::prometheus();
-            let listener = tokio::net::TcpListener::bind(config.listen).await?;
+            let listener = tokio::net::TcpListener::bind(config.listen)
+                .await
+                .with_context(|| format!("listen: cannot bind {}", config.listen))?;
             let admin = match config.admin_listen {
-                Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+                Some(addr) => Some(
+                    tokio::net::TcpListener::bind(addr)
+                        .await
+                        .with_context(|| format!("admin_listen: cannot bind {addr}"))?,
+                ),
                 None => None,
             };
             server::run(config, listener, admin, shutdown_signal()).await
@@ -61,6 +69,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Purge(args) => {
             let (url, mut opts) = args.store.resolve()?;
             opts.migrate = false;
+            opts.create = false;
             let batch = std::num::NonZeroU32::new(args.batch)
                 .ok_or_else(|| anyhow::anyhow!("--batch: must be at least 1"))?;
             let store = store::AnyStore::open(&url, &opts).await?;
@@ -98,4 +107,5 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down: finishing requests in flight");
 }

@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idemgate_core::BoxError;
 use idemgate_tower::body::BoxBody;
-use idemgate_tower::headers::{connection_tokens, HOP_BY_HOP};
+use idemgate_tower::headers::{connection_tokens, HOP_BY_HOP, IDEMPOTENT_REPLAYED};
 use idemgate_tower::NotSent;
 
 /// The upstream did not send response headers within the configured timeout. The request
@@ -110,6 +110,8 @@ impl tower::Service<Request<BoxBody>> for Proxy {
                 .map_err(|e| NotSent(e.into()))?;
             let headers = req.headers_mut();
             strip_hop_by_hop(headers);
+            // Reserved: only idemgate says a response is a replay; never trusted from clients.
+            headers.remove(IDEMPOTENT_REPLAYED);
             if let Some(host) = headers.remove(HOST) {
                 headers.insert(X_FORWARDED_HOST, host);
             }

@@ -139,7 +139,7 @@ fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
     let (anchor, detail) = if e.is::<NotSent>() {
         (
             "upstream-unreachable",
-            "The API could not be reached; nothing was sent. Retry with the same key.",
+            "The API could not be reached; nothing was sent. Retry the request (with the same idempotency key, if it had one).",
         )
     } else {
         ("upstream-failed", "The connection to the API failed after the request was sent, so the operation may have run. The key is marked failed; check the result before using a new key.")

@@ -78,7 +78,7 @@ pub enum AnyStore {
 }
 
 /// How to open a store.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct OpenOptions {
     /// PostgreSQL table name; `None` keeps the default `idempotency_records`.
     pub table: Option<String>,
@@ -86,6 +86,9 @@ pub struct OpenOptions {
     pub key_prefix: Option<String>,
     /// Run pending migrations while opening (SQLite always does).
     pub migrate: bool,
+    /// Create a SQLite file that does not exist yet (off for `purge`, where a missing file
+    /// is a typo).
+    pub create: bool,
 }
 
 impl AnyStore {
@@ -96,6 +99,9 @@ impl AnyStore {
     pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<Self> {
         Ok(match url {
             StoreUrl::Memory => Self::Memory(MemoryStore::new()),
+            StoreUrl::Sqlite(path) if !opts.create && !path.exists() => {
+                anyhow::bail!("store: {} does not exist", path.display())
+            }
             StoreUrl::Sqlite(path) => Self::Sqlite(
                 SqliteStore::open(path, SqliteOptions::default())
                     .with_context(|| format!("cannot open sqlite store {}", path.display()))?,

@@ -13,6 +13,6 @@ pub mod rejection;
 mod service;
 
 pub use layer::IdempotencyLayer;
-pub use policy::{Policy, PrincipalSource, RoutePolicy, StatusAction, StatusPattern};
+pub use policy::{parse_method, Policy, PrincipalSource, RoutePolicy, StatusAction, StatusPattern};
 pub use rejection::IdempotencyRejection;
 pub use service::{Idempotency, LeaseHandle, NotSent};

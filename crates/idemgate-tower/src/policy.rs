@@ -224,6 +224,25 @@ impl Default for Policy {
     }
 }
 
+/// Parses a method name. Methods are case-sensitive (RFC 9110 §9.1), so `post` is not
+/// `POST`: a lower-case spelling of a standard method is refused, since it would silently
+/// cover nothing.
+///
+/// # Errors
+/// A message naming the method.
+pub fn parse_method(name: &str) -> Result<Method, String> {
+    let upper = name.to_ascii_uppercase();
+    let standard = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    if name != upper && standard.contains(&upper.as_str()) {
+        return Err(format!(
+            "`{name}` is not a standard method; methods are case-sensitive (did you mean {upper}?)"
+        ));
+    }
+    Method::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not an HTTP method"))
+}
+
 /// A resolved route: its scope name and policy.
 #[derive(Debug)]
 pub struct Resolved<'a> {
@@ -249,8 +268,7 @@ impl Policy {
             .trim()
             .split_once(' ')
             .ok_or_else(|| bad("expected `METHOD /path`".into()))?;
-        let method = Method::from_bytes(method.as_bytes())
-            .map_err(|_| bad(format!("`{method}` is not an HTTP method")))?;
+        let method = parse_method(method).map_err(bad)?;
         let path = path.trim();
         if !path.starts_with('/') {
             return Err(bad("the path must start with `/`".into()));
@@ -335,6 +353,11 @@ mod tests {
         assert!(Policy::default()
             .with_route("/payments", RoutePolicy::default())
             .is_err());
+        let err = Policy::default()
+            .with_route("post /payments", RoutePolicy::default())
+            .unwrap_err();
+        assert!(err.to_string().contains("did you mean POST?"), "{err}");
+        assert_eq!(parse_method("PURGE").unwrap().as_str(), "PURGE");
     }
 
     #[test]

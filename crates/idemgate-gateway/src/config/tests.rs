@@ -27,6 +27,46 @@ fn unknown_keys_are_named() {
 }
 
 #[test]
+fn every_unknown_key_is_reported_at_once() {
+    let err = Config::from_toml(
+        "lisen = \"x\"\nstor = \"y\"\n[defaults]\nfail_opne = true\n[[routes]]\nroute = \"POST /a\"\nkey_requird = true\n",
+    )
+    .unwrap_err()
+    .to_string();
+    for key in [
+        "`lisen`",
+        "`stor`",
+        "`defaults.fail_opne`",
+        "`routes[0].key_requird`",
+    ] {
+        assert!(err.contains(key), "{key} in {err}");
+    }
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/gateway.example.toml"),
+    )
+    .unwrap();
+    Config::from_toml(&example).unwrap();
+}
+
+#[test]
+fn lower_case_methods_are_refused() {
+    let c = parse(
+        "upstream = \"http://a:1\"\nmethods = [\"post\"]\n[[routes]]\nroute = \"post /payments\"\n",
+    );
+    let errs = c.validate().unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("methods:") && e.contains("did you mean POST?")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("routes[0].route:") && e.contains("did you mean POST?")),
+        "{errs:?}"
+    );
+}
+
+#[test]
 fn every_error_is_reported_with_its_field() {
     let c = parse(
         r#"

@@ -76,7 +76,19 @@ fn serve_names_bad_flags() {
 fn purge_runs_on_a_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", dir.path().join("p.db").display());
+    let (code, text) = idemgate(&["migrate", "--store", &store]);
+    assert_eq!(code, 0, "{text}");
     let (code, text) = idemgate(&["purge", "--store", &store, "--batch", "10"]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("purged 0"), "{text}");
+}
+
+#[test]
+fn purge_refuses_a_store_file_that_does_not_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.db");
+    let (code, text) = idemgate(&["purge", "--store", &format!("sqlite://{}", path.display())]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("does not exist"), "{text}");
+    assert!(!path.exists(), "no database was created");
 }

@@ -119,3 +119,28 @@ async fn completed_record_is_replayed_after_a_restart() {
     assert_eq!(replay.bytes().await.unwrap(), first_body);
     assert_eq!(up.count(), 1);
 }
+
+#[tokio::test]
+async fn set_cookie_is_never_replayed_whatever_the_deny_list() {
+    let up = upstream().await;
+    let gw = gateway(&up.base, "memory://", |c| {
+        c.defaults.replay_deny_headers = Some(vec!["x-upstream".into()])
+    })
+    .await;
+    let k = key();
+    let first = post(&gw.base, "/payments", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert!(first.headers().get("set-cookie").is_some());
+    let replay = post(&gw.base, "/payments", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert!(replay.headers().get("set-cookie").is_none());
+    assert!(
+        replay.headers().get("x-upstream").is_none(),
+        "the configured header is denied too"
+    );
+}
