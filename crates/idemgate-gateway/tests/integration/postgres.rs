@@ -3,7 +3,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 
@@ -199,20 +198,7 @@ async fn database_down_is_503_and_recovers_without_a_restart() {
     );
 
     relay.start_again();
-    let k = key();
-    let mut status = 0;
-    for _ in 0..40 {
-        status = post(&gw.base, "/payments", Some(&k), "{}")
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16();
-        if status == 201 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let status = status_once_recovered(&gw.base).await;
     assert_eq!(status, 201, "traffic recovers without a restart");
     assert_eq!(up.count(), 2);
     drop_table(&url, &t).await;

@@ -272,3 +272,23 @@ pub(crate) async fn spawn_binary(upstream: &str, config: &std::path::Path) -> Pr
         .port();
     spawn_binary_on(&format!("127.0.0.1:{port}"), upstream, config).await
 }
+
+/// POSTs one fresh key every 250 ms (10 s at most) until it is not refused any more;
+/// returns the last status.
+pub(crate) async fn status_once_recovered(base: &str) -> u16 {
+    let k = key();
+    let mut status = 0;
+    for _ in 0..40 {
+        status = post(base, "/payments", Some(&k), "{}")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        if status == 201 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    status
+}
