@@ -31,7 +31,8 @@ pub struct Proxy {
     client: Client<HttpConnector, BoxBody>,
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
-    base_path: String,
+    /// Shared: the proxy is cloned for every request.
+    base_path: std::sync::Arc<str>,
     timeout: Duration,
 }
 
@@ -56,7 +57,7 @@ impl Proxy {
                 .authority()
                 .cloned()
                 .expect("validated upstream has a host"),
-            base_path: upstream.path().trim_end_matches('/').to_owned(),
+            base_path: upstream.path().trim_end_matches('/').into(),
             timeout,
         }
     }

@@ -216,10 +216,7 @@ where
         return pass_through(inner, req).await;
     };
     let label = resolved.label;
-    let reject = |r: IdempotencyRejection| {
-        count(label, outcome_label(&r));
-        Ok(r.into_response(&policy.problem_type_base))
-    };
+    let reject = |r| Ok(rejection(label, &policy.problem_type_base, r));
     let (min, max) = policy.key_len;
     let values = req.headers().get_all(&policy.header_name);
     let key = match parse_header_values_with(values.iter().map(|v| v.as_bytes()), min, max) {
@@ -300,9 +297,12 @@ where
     St: IdempotencyStore,
 {
     let rp = &covered.route;
-    let reject = |r: IdempotencyRejection| {
-        count(&covered.label, outcome_label(&r));
-        Ok(r.into_response(&covered.policy.problem_type_base))
+    let reject = |r| {
+        Ok(rejection(
+            &covered.label,
+            &covered.policy.problem_type_base,
+            r,
+        ))
     };
     let mut acquire = AcquireRequest {
         key: covered.scope.clone(),
@@ -638,6 +638,12 @@ fn is_streaming(headers: &HeaderMap) -> bool {
                 .to_ascii_lowercase()
                 .starts_with("text/event-stream")
         })
+}
+
+/// The problem response for `r`, counted under `route`.
+fn rejection(route: &str, type_base: &str, r: IdempotencyRejection) -> Response<BoxBody> {
+    count(route, outcome_label(&r));
+    r.into_response(type_base)
 }
 
 fn outcome_label(r: &IdempotencyRejection) -> &'static str {

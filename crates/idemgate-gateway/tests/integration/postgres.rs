@@ -10,11 +10,7 @@ use crate::support::*;
 
 /// The server's URL, or `None` (printing why) when the variable is unset.
 fn database_url() -> Option<String> {
-    let url = std::env::var("IDEMGATE_TEST_DATABASE_URL").ok();
-    if url.is_none() {
-        println!("skipping: IDEMGATE_TEST_DATABASE_URL is not set");
-    }
-    url
+    test_url("IDEMGATE_TEST_DATABASE_URL")
 }
 
 fn table() -> String {

@@ -7,11 +7,7 @@ use std::time::Duration;
 use crate::support::*;
 
 fn redis_url() -> Option<String> {
-    let url = std::env::var("IDEMGATE_TEST_REDIS_URL").ok();
-    if url.is_none() {
-        println!("skipping: IDEMGATE_TEST_REDIS_URL is not set");
-    }
-    url
+    test_url("IDEMGATE_TEST_REDIS_URL")
 }
 
 fn prefix() -> String {

@@ -292,3 +292,12 @@ pub(crate) async fn status_once_recovered(base: &str) -> u16 {
     }
     status
 }
+
+/// The URL of a test service from `var`, or `None` after printing why the test skips.
+pub(crate) fn test_url(var: &str) -> Option<String> {
+    let url = std::env::var(var).ok();
+    if url.is_none() {
+        println!("skipping: {var} is not set");
+    }
+    url
+}
