@@ -1,7 +1,7 @@
 //! The decision function: given the stored record, the request's fingerprint and the time,
-//! what happens. Pure and exhaustively tested; stores apply its `Insert`/`Takeover` verdicts
-//! atomically (the memory and SQLite stores call [`apply_acquire`] inside their critical
-//! section; SQL and Lua stores implement the same rules, checked by the conformance suite).
+//! what happens. Pure and exhaustively tested. It lives here only: stores offer
+//! compare-and-set primitives ([`crate::store`]) and the lifecycle ([`crate::lifecycle`])
+//! applies the verdicts through them.
 //!
 //! ```
 //! use idemgate_core::engine::{decide, Decision, DecisionPolicy};
@@ -14,23 +14,30 @@
 use std::time::Duration;
 
 use crate::fingerprint::Fingerprint;
-use crate::record::{IdempotencyRecord, Lease, RecordState, UnixMillis};
-use crate::store::{AcquireOutcome, AcquireRequest};
+use crate::record::{IdempotencyRecord, RecordState, UnixMillis};
 
-/// What to do with an `in_progress` record whose lease expired (its holder died).
+/// What an `in_progress` record whose lease lapsed before its outcome was written means.
+///
+/// The holder crashed or lost the store after the request may have been forwarded, so the
+/// operation may have run: the honest answer is "unknown" (DESIGN.md, contract table).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum LeaseExpiredPolicy {
-    /// Re-acquire with a higher fence and forward again (default).
+    /// Answer `outcome-unknown` (`500`); the record is kept, and a late outcome written by
+    /// the holder (its fence still valid) is replayed from then on. The default.
     #[default]
+    Unknown,
+    /// Re-acquire with a higher fence and forward again (marked as a takeover), for
+    /// operations that are safe to repeat, upstreams that dedupe on the forwarded key, and
+    /// services that complete the key inside their own business transaction.
     Takeover,
-    /// Answer as if the attempt failed.
+    /// Answer as if the attempt failed (`previous-attempt-failed`).
     Fail,
 }
 
 /// The per-route knobs of the decision.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct DecisionPolicy {
-    /// What an expired lease means. Defaults to [`LeaseExpiredPolicy::Takeover`].
+    /// What an expired lease means. Defaults to [`LeaseExpiredPolicy::Unknown`].
     pub lease_expired: LeaseExpiredPolicy,
     /// Whether a retry of a `failed` record (same fingerprint) may run again. Defaults to false.
     pub retry_failed: bool,
@@ -42,7 +49,7 @@ pub struct DecisionPolicy {
 impl Default for DecisionPolicy {
     fn default() -> Self {
         Self {
-            lease_expired: LeaseExpiredPolicy::Takeover,
+            lease_expired: LeaseExpiredPolicy::Unknown,
             retry_failed: false,
             max_lease: Duration::from_secs(60),
         }
@@ -54,9 +61,13 @@ impl Default for DecisionPolicy {
 pub enum Decision {
     /// No live record (none, or expired by TTL): create one `in_progress`.
     Insert,
-    /// Take over an `in_progress` record with an expired lease (or a `failed` one when the
-    /// policy allows retries): fence + 1, new lease.
+    /// Take over an `in_progress` record with an expired lease under
+    /// [`LeaseExpiredPolicy::Takeover`] (or a `failed` one when the policy allows retries):
+    /// fence + 1, new lease.
     Takeover,
+    /// Same fingerprint, `in_progress`, lease lapsed under [`LeaseExpiredPolicy::Unknown`]:
+    /// the operation may have run and its outcome was never recorded.
+    OutcomeUnknown,
     /// Same fingerprint, `completed`: replay the stored response.
     Replay,
     /// Same fingerprint, `completed` but the response was not kept (streamed or too large).
@@ -114,72 +125,13 @@ pub fn decide(
                 }
             } else {
                 match policy.lease_expired {
+                    LeaseExpiredPolicy::Unknown => Decision::OutcomeUnknown,
                     LeaseExpiredPolicy::Takeover => Decision::Takeover,
                     LeaseExpiredPolicy::Fail => Decision::PreviousFailed,
                 }
             }
         }
     }
-}
-
-/// The acquire step for stores that can run Rust inside their atomic section: given the
-/// current row (if any) and `now`, returns the row to write (if any) and the outcome.
-pub fn apply_acquire(
-    current: Option<IdempotencyRecord>,
-    req: &AcquireRequest,
-    now: UnixMillis,
-) -> (Option<IdempotencyRecord>, AcquireOutcome) {
-    let decision = decide(current.as_ref(), &req.fingerprint, now, &req.policy);
-    let lease_expires_at = now.saturating_add(req.lease_ttl.as_millis() as i64);
-    let record_expires_at = now
-        .saturating_add(req.record_ttl.as_millis() as i64)
-        .max(lease_expires_at);
-    // A record never expires under a live lease: expiry would let a retry run while the
-    // holder still works. Takeover and renewal push `expires_at` to at least the lease's end.
-    let (fence, created_at, expires_at) = match (decision, &current) {
-        (Decision::Insert, None) => (1, now, record_expires_at),
-        (Decision::Insert, Some(old)) => (old.fence + 1, now, record_expires_at),
-        (Decision::Takeover, Some(old)) => (
-            old.fence + 1,
-            old.created_at,
-            old.expires_at.max(lease_expires_at),
-        ),
-        (_, Some(old)) => {
-            return (
-                None,
-                AcquireOutcome::Existing {
-                    record: old.clone(),
-                    now,
-                },
-            )
-        }
-        (_, None) => unreachable!("decide() answers Insert when there is no record"),
-    };
-    let row = IdempotencyRecord {
-        key: req.key.clone(),
-        fingerprint: req.fingerprint,
-        state: RecordState::InProgress,
-        fence,
-        lease_token: Some(req.token),
-        lease_expires_at: Some(lease_expires_at),
-        created_at,
-        completed_at: None,
-        expires_at,
-        response: None,
-    };
-    let lease = Lease {
-        key: req.key.clone(),
-        fence,
-        token: req.token,
-        expires_at: lease_expires_at,
-    };
-    (
-        Some(row),
-        AcquireOutcome::Acquired {
-            lease,
-            takeover: decision == Decision::Takeover,
-        },
-    )
 }
 
 #[cfg(test)]

@@ -1,17 +1,22 @@
-//! idemgate's engine, without I/O.
+//! idemgate's engine: everything but the network.
 //!
 //! idemgate makes retried `POST`/`PATCH` requests safe: the first request with an
 //! `Idempotency-Key` runs once, its response is stored, and every retry gets that response
 //! back without running the operation again. This crate holds what every front door and
-//! every store shares: key syntax, request fingerprints, records, the pure decision function
-//! and the store trait, with an in-memory store and the store conformance suite.
+//! every store shares: key syntax, request fingerprints, records and their integrity rules,
+//! the pure decision function, the store trait, and the request lifecycle that every front
+//! door calls; with an in-memory store and the store conformance suite.
 //!
 //! # Layout
 //! - [`key`]: the `Idempotency-Key` header (RFC 8941 sf-string or bare token).
 //! - [`fingerprint`] and [`canonical`]: what makes two requests the same (RFC 8785 JSON).
 //! - [`record`]: records, states, stored responses, leases.
+//! - [`integrity`]: the one validation of stored records, and the response checksum.
 //! - [`engine`]: the decision function.
-//! - [`store`]: the [`IdempotencyStore`] trait; [`memory`]: [`MemoryStore`].
+//! - [`store`]: the [`IdempotencyStore`] trait (atomic primitives, no policy);
+//!   [`memory`]: [`MemoryStore`].
+//! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
+//!   outcome until it lands), with a deadline on every store call.
 //!
 //! # State machine
 //! ```text
@@ -21,13 +26,16 @@
 //!                                  │  └──────────────────────────────────▶ failed ─────▶ (purged at expires_at)
 //!                                  │ release(fence): nothing happened, retry allowed
 //!                                  └──────────────────────────────────────▶ (none)
-//!           lease expired + same fingerprint: takeover → in_progress with fence+1
+//!           lease expired + same fingerprint: outcome unknown (default; record kept, a late
+//!           complete with the valid fence still lands) or, per route, takeover → fence+1
 //! ```
 
 pub mod canonical;
 pub mod engine;
 pub mod fingerprint;
+pub mod integrity;
 pub mod key;
+pub mod lifecycle;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod record;
@@ -37,11 +45,15 @@ pub mod testing;
 
 pub use engine::{decide, Decision, DecisionPolicy, LeaseExpiredPolicy};
 pub use fingerprint::Fingerprint;
+pub use integrity::{response_checksum, RawRecord};
 pub use key::{IdempotencyKey, KeyError};
+pub use lifecycle::{
+    Answer, Begin, Finished, Holder, Lifecycle, LifecycleConfig, Outcome, RoutePlan,
+};
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;
 pub use record::{
     now_millis, IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse,
     UnixMillis,
 };
-pub use store::{AcquireOutcome, AcquireRequest, BoxError, IdempotencyStore, StoreError};
+pub use store::{BoxError, IdempotencyStore, InsertOutcome, InsertRequest, StoreError};

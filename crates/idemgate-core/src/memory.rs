@@ -1,30 +1,60 @@
 //! [`MemoryStore`]: records in a mutex-guarded map, for tests and development. Nothing
 //! survives a restart.
+//!
+//! Records are kept in their raw form ([`RawRecord`]) and decoded through the same
+//! validation as every other store's rows, so a record damaged with
+//! [`MemoryStore::edit_raw`] is refused exactly as a damaged SQL row is.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::engine::apply_acquire;
-use crate::record::{IdempotencyRecord, Lease, RecordState, ScopedKey, StoredResponse, UnixMillis};
-use crate::store::{AcquireOutcome, AcquireRequest, IdempotencyStore, Result, StoreError};
+use tokio::time::Instant;
 
-pub use crate::record::now_millis;
-
-/// True when `record` is live, `in_progress` and owned by `lease`.
-pub fn holds(record: &IdempotencyRecord, lease: &Lease, now: UnixMillis) -> bool {
-    record.state == RecordState::InProgress
-        && record.fence == lease.fence
-        && record.lease_token == Some(lease.token)
-        && now < record.expires_at
-}
+use crate::integrity::RawRecord;
+use crate::record::{
+    IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse, UnixMillis,
+};
+use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest, Result, StoreError};
 
 /// An in-memory store. Every operation holds one mutex for a few map operations, so each is
-/// atomic; expiry uses the process clock.
-#[derive(Debug, Default)]
+/// atomic. Its clock is the wall clock at creation advanced by tokio's monotonic clock, so
+/// tests with a paused tokio clock (`tokio::time::pause`) control lease and TTL expiry.
+#[derive(Debug)]
 pub struct MemoryStore {
-    records: Mutex<HashMap<ScopedKey, IdempotencyRecord>>,
+    records: Mutex<HashMap<ScopedKey, RawRecord>>,
+    epoch: UnixMillis,
+    started: Instant,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            records: Mutex::default(),
+            epoch: crate::record::now_millis(),
+            started: Instant::now(),
+        }
+    }
+}
+
+type Map = HashMap<ScopedKey, RawRecord>;
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// True when `raw` is past its TTL at `now` (an unreadable expiry never expires).
+fn expired(raw: &RawRecord, now: UnixMillis) -> bool {
+    raw.expires_at.is_some_and(|e| e <= now)
+}
+
+/// True when `raw` is `in_progress` and carries `lease`'s fence and token.
+fn held(raw: &RawRecord, lease: &Lease, now: UnixMillis) -> bool {
+    raw.state.as_deref() == Some(RecordState::InProgress.as_str())
+        && raw.fence == Some(lease.fence)
+        && raw.lease_token == Some(lease.token.0)
+        && !expired(raw, now)
 }
 
 impl MemoryStore {
@@ -33,24 +63,32 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn map(&self) -> MutexGuard<'_, HashMap<ScopedKey, IdempotencyRecord>> {
+    /// The store's clock, in ms since the epoch.
+    pub fn now(&self) -> UnixMillis {
+        self.epoch
+            .saturating_add(i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX))
+    }
+
+    fn map(&self) -> MutexGuard<'_, Map> {
         // A panic while holding the lock cannot leave a half-written record: every critical
         // section replaces whole values.
         self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs `f` on the record `lease` owns, or fails with `LeaseLost`.
-    fn with_held<T>(
-        &self,
-        lease: &Lease,
-        f: impl FnOnce(&mut HashMap<ScopedKey, IdempotencyRecord>, UnixMillis) -> T,
-    ) -> Result<T> {
+    /// Runs `f` on the raw record `lease` owns, or fails with `LeaseLost`.
+    fn with_held<T>(&self, lease: &Lease, f: impl FnOnce(&mut Map, UnixMillis) -> T) -> Result<T> {
         let mut map = self.map();
-        let now = now_millis();
+        let now = self.now();
         match map.get(&lease.key) {
-            Some(r) if holds(r, lease, now) => Ok(f(&mut map, now)),
+            Some(r) if held(r, lease, now) => Ok(f(&mut map, now)),
             _ => Err(StoreError::LeaseLost),
         }
+    }
+
+    /// Edits a stored record behind the store's back (tests of damaged records). Returns
+    /// false when there is no record under `key`.
+    pub fn edit_raw(&self, key: &ScopedKey, f: impl FnOnce(&mut RawRecord)) -> bool {
+        self.map().get_mut(key).map(f).is_some()
     }
 
     /// Number of records held, expired ones included.
@@ -62,51 +100,113 @@ impl MemoryStore {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    fn set_outcome(
+        &self,
+        lease: &Lease,
+        state: RecordState,
+        r: Option<&StoredResponse>,
+    ) -> Result<()> {
+        self.with_held(lease, |map, now| {
+            if let Some(raw) = map.get_mut(&lease.key) {
+                raw.set_outcome(state, r, now);
+            }
+        })
+    }
 }
 
 impl IdempotencyStore for MemoryStore {
-    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome> {
         let mut map = self.map();
-        let current = map.get(&req.key).cloned();
-        let (row, outcome) = apply_acquire(current, req, now_millis());
-        if let Some(row) = row {
-            map.insert(req.key.clone(), row);
+        let now = self.now();
+        let fence = match map.get(&req.key) {
+            Some(raw) if !expired(raw, now) => {
+                let record = raw.clone().validate()?;
+                return Ok(InsertOutcome::Existing { record, now });
+            }
+            // Past its TTL: replaced, and the fence keeps growing so no old lease matches.
+            Some(raw) => raw.fence.unwrap_or(0).saturating_add(1),
+            None => 1,
+        };
+        let lease_end = now.saturating_add(millis(req.lease_ttl));
+        let expires_at = now.saturating_add(millis(req.record_ttl)).max(lease_end);
+        let raw = RawRecord::in_progress(
+            &req.key,
+            req.fingerprint,
+            fence,
+            req.token,
+            lease_end,
+            now,
+            expires_at,
+        );
+        map.insert(req.key.clone(), raw);
+        Ok(InsertOutcome::Inserted(Lease {
+            key: req.key.clone(),
+            fence,
+            token: req.token,
+            expires_at: lease_end,
+        }))
+    }
+
+    async fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        token: LeaseToken,
+        lease_ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        let mut map = self.map();
+        let now = self.now();
+        let Some(raw) = map.get_mut(&seen.key) else {
+            return Ok(None);
+        };
+        let unchanged = raw.fence == Some(seen.fence)
+            && raw.state.as_deref() == Some(seen.state.as_str())
+            && raw.lease_token == seen.lease_token.map(|t| t.0)
+            && raw.lease_expires_at == seen.lease_expires_at
+            && !expired(raw, now);
+        if !unchanged {
+            return Ok(None);
         }
-        Ok(outcome)
+        let fence = seen.fence + 1;
+        let lease_end = now.saturating_add(millis(lease_ttl));
+        raw.state = Some(RecordState::InProgress.as_str().to_owned());
+        raw.fence = Some(fence);
+        raw.lease_token = Some(token.0);
+        raw.lease_expires_at = Some(lease_end);
+        raw.expires_at = raw.expires_at.map(|e| e.max(lease_end));
+        raw.completed_at = None;
+        (
+            raw.status,
+            raw.headers,
+            raw.body,
+            raw.replayable,
+            raw.checksum,
+        ) = (None, None, None, None, None);
+        Ok(Some(Lease {
+            key: seen.key.clone(),
+            fence,
+            token,
+            expires_at: lease_end,
+        }))
     }
 
     async fn renew(&self, lease: &Lease, lease_ttl: Duration) -> Result<UnixMillis> {
         self.with_held(lease, |map, now| {
-            let until = now + lease_ttl.as_millis() as i64;
+            let until = now.saturating_add(millis(lease_ttl));
             if let Some(r) = map.get_mut(&lease.key) {
                 r.lease_expires_at = Some(until);
-                r.expires_at = r.expires_at.max(until);
+                r.expires_at = r.expires_at.map(|e| e.max(until));
             }
             until
         })
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<()> {
-        self.with_held(lease, |map, now| {
-            if let Some(r) = map.get_mut(&lease.key) {
-                r.state = RecordState::Completed;
-                r.completed_at = Some(now);
-                r.lease_token = None;
-                r.lease_expires_at = None;
-                r.response = Some(response.clone());
-            }
-        })
+        self.set_outcome(lease, RecordState::Completed, Some(response))
     }
 
     async fn fail(&self, lease: &Lease) -> Result<()> {
-        self.with_held(lease, |map, now| {
-            if let Some(r) = map.get_mut(&lease.key) {
-                r.state = RecordState::Failed;
-                r.completed_at = Some(now);
-                r.lease_token = None;
-                r.lease_expires_at = None;
-            }
-        })
+        self.set_outcome(lease, RecordState::Failed, None)
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
@@ -116,16 +216,17 @@ impl IdempotencyStore for MemoryStore {
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
-        let now = now_millis();
-        Ok(self.map().get(key).filter(|r| now < r.expires_at).cloned())
+        let now = self.now();
+        let raw = self.map().get(key).filter(|r| !expired(r, now)).cloned();
+        raw.map(RawRecord::validate).transpose()
     }
 
     async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {
         let mut map = self.map();
-        let now = now_millis();
+        let now = self.now();
         let doomed: Vec<ScopedKey> = map
             .iter()
-            .filter(|(_, r)| r.expires_at <= now)
+            .filter(|(_, r)| expired(r, now))
             .map(|(k, _)| k.clone())
             .take(batch.get() as usize)
             .collect();

@@ -1,21 +1,22 @@
 //! The store trait: the atomic primitives every backend provides. Stores persist; the
-//! engine decides ([`crate::engine`]). A store never produces an HTTP answer.
+//! engine decides ([`crate::engine`]) and the lifecycle drives them ([`crate::lifecycle`]).
+//! A store never produces an HTTP answer and never receives a policy knob.
 
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::DecisionPolicy;
 use crate::fingerprint::Fingerprint;
 use crate::record::{IdempotencyRecord, Lease, LeaseToken, ScopedKey, StoredResponse, UnixMillis};
 
 /// A boxed error from a backend driver.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Errors of store operations, classified so the HTTP layer can answer correctly: every
-/// variant but [`StoreError::LeaseLost`] becomes `503` (fail closed) unless the route is
-/// `fail_open`.
+/// Errors of store operations, classified so the lifecycle can answer correctly:
+/// [`StoreError::LeaseLost`] refuses a stale holder, [`StoreError::Corrupt`] answers
+/// `record-corrupt` (never a replay), and every other variant becomes `503` (fail closed)
+/// unless the route is `fail_open`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -32,7 +33,8 @@ pub enum StoreError {
     /// A transaction conflict the store could not resolve (serialization failure).
     #[error("store conflict")]
     Conflict(#[source] BoxError),
-    /// A stored record cannot be read; it is left untouched.
+    /// A stored record fails validation ([`crate::integrity::RawRecord::validate`]); it is
+    /// left untouched and never replayed.
     #[error("corrupt record: {detail}")]
     Corrupt {
         /// What is wrong.
@@ -46,61 +48,86 @@ pub enum StoreError {
 /// Shorthand for store results.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// One acquire attempt.
+/// One insert-or-get: the record to create `in_progress` if the key holds no live record.
 #[derive(Clone, Debug)]
-pub struct AcquireRequest {
+pub struct InsertRequest {
     /// (principal, route, key).
     pub key: ScopedKey,
-    /// The request's fingerprint.
+    /// The request's fingerprint, stored with the record.
     pub fingerprint: Fingerprint,
     /// The token the new lease will carry.
     pub token: LeaseToken,
     /// How long the lease lasts unless renewed. Defaults to 10 s in the gateway.
     pub lease_ttl: Duration,
-    /// How long the record lives (`expires_at` = creation + this). Defaults to 24 h.
+    /// How long the record lives (`expires_at` = creation + this, and never before the
+    /// lease's end). Defaults to 24 h.
     pub record_ttl: Duration,
-    /// Takeover and retry rules.
-    pub policy: DecisionPolicy,
 }
 
-/// What an acquire found.
+/// What an insert-or-get found.
 #[derive(Clone, Debug)]
-pub enum AcquireOutcome {
-    /// This request owns the record now and must run.
-    Acquired {
-        /// Proof of ownership for `renew`/`complete`/`fail`/`release`.
-        lease: Lease,
-        /// True when an expired lease (or a failed record) was taken over.
-        takeover: bool,
-    },
-    /// A live record exists; [`crate::engine::decide`] says what to answer.
+pub enum InsertOutcome {
+    /// There was no live record (none, or one past its `expires_at`, which is replaced with
+    /// its fence + 1): the record is now `in_progress` under this lease.
+    Inserted(Lease),
+    /// A live record exists and was left untouched; the engine decides what it means.
     Existing {
-        /// The record as stored.
+        /// The record as stored, validated.
         record: IdempotencyRecord,
         /// The store's clock at the read, in ms since the epoch.
         now: UnixMillis,
     },
 }
 
-/// The atomic primitives of a backend. Each method is one atomic step.
+/// The atomic primitives of a backend. Each method is one atomic step; none of them decides
+/// what an answer means (that is [`crate::engine`] and [`crate::lifecycle`]).
+///
+/// Records are decoded through [`crate::integrity::RawRecord::validate`], so a damaged
+/// record is [`StoreError::Corrupt`] on every store. Time is the store's clock.
 pub trait IdempotencyStore: Send + Sync + 'static {
-    /// Inserts the record `in_progress`, or takes over one the decision allows
-    /// ([`crate::engine::Decision::Insert`]/[`crate::engine::Decision::Takeover`]); otherwise
-    /// returns the live record. Never fails with "race lost but row missing".
-    fn acquire(&self, req: &AcquireRequest) -> impl Future<Output = Result<AcquireOutcome>> + Send;
+    /// Inserts the record `in_progress` under a new lease if the key holds no live record
+    /// (absent, or past its `expires_at`: replaced, fence + 1); otherwise returns the live
+    /// record untouched. One round trip on the hot path; a read that finds a live record
+    /// takes no write lock where the store has one. Never fails with "race lost but row
+    /// missing".
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] if the live record fails validation; a backend error.
+    fn insert_or_get(
+        &self,
+        req: &InsertRequest,
+    ) -> impl Future<Output = Result<InsertOutcome>> + Send;
+
+    /// Takes over `seen` by compare-and-set on what was read: if the stored record still
+    /// has `seen`'s fence, state, lease token and lease expiry, it becomes `in_progress`
+    /// with fence + 1, lease `token` until now + `lease_ttl`, no response, the same
+    /// fingerprint and `created_at`, and `expires_at` pushed to at least the lease's end.
+    /// Whether a takeover is allowed is the engine's decision, never the store's.
+    ///
+    /// Returns `None` when the record changed since it was read (or is gone).
+    fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        token: LeaseToken,
+        lease_ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Lease>>> + Send;
 
     /// Extends a held lease to now + `lease_ttl`, and the record's `expires_at` to at least
     /// that (a record never expires under a live lease); returns the new lease expiry.
     ///
     /// # Errors
-    /// [`StoreError::LeaseLost`] if the lease is stale.
+    /// [`StoreError::LeaseLost`] if the record is not `in_progress` with the lease's fence
+    /// and token.
     fn renew(
         &self,
         lease: &Lease,
         lease_ttl: Duration,
     ) -> impl Future<Output = Result<UnixMillis>> + Send;
 
-    /// `in_progress` → `completed` with the response, if the lease is still held.
+    /// `in_progress` → `completed` with the response and its
+    /// [`crate::integrity::response_checksum`], if the record still has the lease's fence
+    /// and token (whether or not the lease itself lapsed: a late outcome of a live fence
+    /// lands).
     ///
     /// # Errors
     /// [`StoreError::LeaseLost`] if the lease is stale.
@@ -110,19 +137,23 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         response: &StoredResponse,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// `in_progress` → `failed`, if the lease is still held.
+    /// `in_progress` → `failed`, fenced like [`IdempotencyStore::complete`].
     ///
     /// # Errors
     /// [`StoreError::LeaseLost`] if the lease is stale.
     fn fail(&self, lease: &Lease) -> impl Future<Output = Result<()>> + Send;
 
-    /// Deletes an `in_progress` record whose operation did not run, if the lease is still held.
+    /// Deletes an `in_progress` record whose operation did not run, fenced like
+    /// [`IdempotencyStore::complete`].
     ///
     /// # Errors
     /// [`StoreError::LeaseLost`] if the lease is stale.
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<()>> + Send;
 
     /// Reads a live record (an expired one reads as `None`).
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] if the record fails validation; a backend error.
     fn get(
         &self,
         key: &ScopedKey,
@@ -140,8 +171,19 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 }
 
 impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
-    fn acquire(&self, req: &AcquireRequest) -> impl Future<Output = Result<AcquireOutcome>> + Send {
-        (**self).acquire(req)
+    fn insert_or_get(
+        &self,
+        req: &InsertRequest,
+    ) -> impl Future<Output = Result<InsertOutcome>> + Send {
+        (**self).insert_or_get(req)
+    }
+    fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        token: LeaseToken,
+        lease_ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Lease>>> + Send {
+        (**self).take_over(seen, token, lease_ttl)
     }
     fn renew(
         &self,

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use http::{HeaderName, StatusCode};
-use idemgate_core::LeaseExpiredPolicy;
+use idemgate_core::{LeaseExpiredPolicy, LifecycleConfig};
 use idemgate_tower::{Policy, PrincipalSource, RoutePolicy, StatusPattern};
 use serde::Deserialize;
 
@@ -37,6 +37,15 @@ pub struct Config {
     /// Run the store's pending migrations at start-up (`idemgate migrate` runs them on
     /// purpose). Default true.
     pub store_migrate: bool,
+    /// Deadline of every store call; past it the request gets `503` and is never forwarded
+    /// late. Default `2s`.
+    pub store_timeout: String,
+    /// Outcome writes not yet landed (store slow or down) past which new requests get
+    /// `503`. Default 1024.
+    pub max_pending_outcomes: usize,
+    /// Response bytes held by pending outcome writes past which new requests get `503`.
+    /// Default 67108864 (64 MiB).
+    pub max_pending_outcome_bytes: usize,
     /// Time allowed for the upstream's response headers. Default `60s`.
     pub upstream_timeout: String,
     /// The key header's name. Default `Idempotency-Key`.
@@ -69,6 +78,9 @@ impl Default for Config {
             store_table: String::new(),
             store_key_prefix: String::new(),
             store_migrate: true,
+            store_timeout: "2s".into(),
+            max_pending_outcomes: 1024,
+            max_pending_outcome_bytes: 64 << 20,
             upstream_timeout: "60s".into(),
             header_name: "Idempotency-Key".into(),
             methods: vec!["POST".into(), "PATCH".into()],
@@ -116,7 +128,9 @@ pub struct RouteConfig {
     pub allow_anonymous: Option<bool>,
     /// Forward unrecorded when the store is down. Default false.
     pub fail_open: Option<bool>,
-    /// `"takeover"` (default) or `"fail"`.
+    /// What a lapsed lease (a holder that died after forwarding) means: `"unknown"`
+    /// (default: `500 outcome-unknown`, never run again), `"takeover"` (run again, marked
+    /// `Idempotent-Takeover: true`; only for operations safe to repeat) or `"fail"`.
     pub lease_expired: Option<String>,
     /// Let a retry of a failed key run again. Default false.
     pub retry_failed: Option<bool>,
@@ -147,7 +161,7 @@ impl RouteConfig {
             principal: Some("authorization".into()),
             allow_anonymous: Some(false),
             fail_open: Some(false),
-            lease_expired: Some("takeover".into()),
+            lease_expired: Some("unknown".into()),
             retry_failed: Some(false),
             max_body_bytes: Some(1 << 20),
             max_stored_response_bytes: Some(1 << 20),
@@ -263,6 +277,7 @@ impl Config {
             .map_err(|e| errs.push(format!("store: {e}")))
             .ok();
         let upstream_timeout = duration("upstream_timeout", &self.upstream_timeout, &mut errs);
+        let lifecycle = self.lifecycle(&mut errs);
         let purge_interval = duration("purge_interval", &self.purge_interval, &mut errs);
         let purge_batch = std::num::NonZeroU32::new(self.purge_batch);
         if purge_batch.is_none() {
@@ -300,6 +315,7 @@ impl Config {
         policy.methods = methods;
         policy.key_len = (self.key_min_length, self.key_max_length);
         policy.problem_type_base.clone_from(&self.problem_type_base);
+        policy.lifecycle = lifecycle;
         // Routes inherit valid defaults; a bad default is reported once, under `defaults`.
         let inherited = if default_route.is_some() {
             defaults
@@ -345,6 +361,28 @@ impl Config {
                 policy,
             }),
             _ => Err(errs),
+        }
+    }
+}
+
+impl Config {
+    /// The engine-wide settings: store deadline and pending-outcome bounds.
+    fn lifecycle(&self, errs: &mut Vec<String>) -> LifecycleConfig {
+        let d = LifecycleConfig::default();
+        let store_timeout = duration("store_timeout", &self.store_timeout, errs);
+        if store_timeout.is_some_and(|t| t < Duration::from_millis(10)) {
+            errs.push("store_timeout: must be at least 10ms".into());
+        }
+        if self.max_pending_outcomes == 0 {
+            errs.push("max_pending_outcomes: must be at least 1".into());
+        }
+        if self.max_pending_outcome_bytes == 0 {
+            errs.push("max_pending_outcome_bytes: must be at least 1".into());
+        }
+        LifecycleConfig {
+            store_timeout: store_timeout.unwrap_or(d.store_timeout),
+            max_pending_outcomes: self.max_pending_outcomes,
+            max_pending_outcome_bytes: self.max_pending_outcome_bytes,
         }
     }
 }
@@ -496,13 +534,14 @@ fn route_policy(field: &str, c: &RouteConfig, errs: &mut Vec<String>) -> Option<
         },
     };
     let lease_expired = match c.lease_expired.as_deref() {
-        None | Some("takeover") => LeaseExpiredPolicy::Takeover,
+        None | Some("unknown") => LeaseExpiredPolicy::Unknown,
+        Some("takeover") => LeaseExpiredPolicy::Takeover,
         Some("fail") => LeaseExpiredPolicy::Fail,
         Some(other) => {
             errs.push(format!(
-                "{field}.lease_expired: `{other}` is not \"takeover\" or \"fail\""
+                "{field}.lease_expired: `{other}` is not \"unknown\", \"takeover\" or \"fail\""
             ));
-            LeaseExpiredPolicy::Takeover
+            LeaseExpiredPolicy::Unknown
         }
     };
     let pointers = c.ignore_json_pointers.clone().unwrap_or_default();

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use idemgate_core::store::Result;
 use idemgate_core::{
-    AcquireOutcome, AcquireRequest, IdempotencyRecord, IdempotencyStore, Lease, MemoryStore,
-    ScopedKey, StoredResponse, UnixMillis,
+    IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
+    MemoryStore, ScopedKey, StoredResponse, UnixMillis,
 };
 use idemgate_postgres::PostgresStore;
 use idemgate_redis::RedisStore;
@@ -157,8 +157,16 @@ macro_rules! each {
 }
 
 impl IdempotencyStore for AnyStore {
-    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        each!(self, s => s.acquire(req).await)
+    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome> {
+        each!(self, s => s.insert_or_get(req).await)
+    }
+    async fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        token: LeaseToken,
+        lease_ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        each!(self, s => s.take_over(seen, token, lease_ttl).await)
     }
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis> {
         each!(self, s => s.renew(lease, ttl).await)

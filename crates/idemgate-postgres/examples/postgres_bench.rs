@@ -1,4 +1,4 @@
-//! Benchmark (not a test): acquire + complete operations per second of [`PostgresStore`] at
+//! Benchmark (not a test): insert + complete operations per second of [`PostgresStore`] at
 //! a given concurrency, against the same two SQL statements run raw through sqlx at the
 //! same concurrency on the same pool (the physical limit), and the ratio. DESIGN.md target:
 //! at least 0.70.
@@ -15,7 +15,6 @@
 //! phase runs the exact SQL text the store prepared (read back from
 //! `pg_prepared_statements`), with the same parameters.
 
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,11 +22,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use idemgate_core::fingerprint::{Fingerprint, CURRENT_VERSION};
 use idemgate_core::{
-    AcquireOutcome, AcquireRequest, DecisionPolicy, IdempotencyKey, IdempotencyStore, LeaseToken,
+    response_checksum, IdempotencyKey, IdempotencyStore, InsertOutcome, InsertRequest, LeaseToken,
     ScopedKey, StoredResponse,
 };
-use idemgate_postgres::PostgresStore;
-use sqlx::postgres::PgConnectOptions;
+use idemgate_postgres::{PostgresOptions, PostgresStore};
 use sqlx::{PgPool, Row};
 use tokio::time::Instant;
 
@@ -107,38 +105,42 @@ async fn prepared_sql(pool: &PgPool) -> (String, String) {
             .unwrap_or_else(|| panic!("no prepared statement like {prefix}..{needle}"))
     };
     (
-        find("INSERT INTO", "ON CONFLICT"),
+        find("WITH found AS (SELECT", "ON CONFLICT"),
         find("UPDATE", "state = 'completed'"),
     )
 }
 
-/// One acquire + complete through the store.
+fn scoped(key: &str) -> ScopedKey {
+    ScopedKey {
+        principal: PRINCIPAL.into(),
+        route: ROUTE.into(),
+        key: IdempotencyKey::new(key).unwrap(),
+    }
+}
+
+/// One insert + complete through the store.
 async fn store_op(store: &PostgresStore, key: String, response: &StoredResponse) {
-    let req = AcquireRequest {
-        key: ScopedKey {
-            principal: PRINCIPAL.into(),
-            route: ROUTE.into(),
-            key: IdempotencyKey::new(&key).unwrap(),
-        },
+    let req = InsertRequest {
+        key: scoped(&key),
         fingerprint: fingerprint(),
         token: LeaseToken::random(),
         lease_ttl: LEASE,
         record_ttl: TTL,
-        policy: DecisionPolicy::default(),
     };
-    match store.acquire(&req).await.unwrap() {
-        AcquireOutcome::Acquired { lease, .. } => store.complete(&lease, response).await.unwrap(),
-        AcquireOutcome::Existing { record, .. } => panic!("fresh key exists: {record:?}"),
+    match store.insert_or_get(&req).await.unwrap() {
+        InsertOutcome::Inserted(lease) => store.complete(&lease, response).await.unwrap(),
+        InsertOutcome::Existing { record, .. } => panic!("fresh key exists: {record:?}"),
     }
 }
 
-/// The same two statements with the same parameters, straight through sqlx.
+/// The same two statements with the same parameters, straight through sqlx (the response
+/// checksum computed per key, as the store does).
 struct Raw {
     insert: String,
     complete: String,
     digest: Vec<u8>,
+    response: StoredResponse,
     headers: Vec<u8>,
-    body: Bytes,
 }
 
 impl Raw {
@@ -157,7 +159,9 @@ impl Raw {
             .await
             .unwrap()
             .expect("fresh key inserted");
-        let fence: i64 = row.get(0);
+        assert!(row.get::<bool, _>(0), "fresh key inserted");
+        let fence: i64 = row.get(4);
+        let checksum = response_checksum(&scoped(&key), &self.response);
         let done = sqlx::query(&self.complete)
             .bind(PRINCIPAL)
             .bind(ROUTE)
@@ -166,8 +170,9 @@ impl Raw {
             .bind(token)
             .bind(201_i32)
             .bind(self.headers.as_slice())
-            .bind(self.body.as_ref())
+            .bind(self.response.body.as_ref())
             .bind(true)
+            .bind(checksum.as_slice())
             .execute(pool)
             .await
             .unwrap();
@@ -181,7 +186,7 @@ enum Mode {
     Store,
 }
 
-/// Runs `concurrency` loops of acquire + complete for `seconds`; returns operations/s.
+/// Runs `concurrency` loops of insert + complete for `seconds`; returns operations/s.
 async fn phase(mode: Mode, args: &Args, store: &PostgresStore, raw: &Arc<Raw>, label: &str) -> f64 {
     sqlx::raw_sql(&format!("TRUNCATE \"{}\"", store.table_name()))
         .execute(store.pool())
@@ -216,7 +221,7 @@ async fn phase(mode: Mode, args: &Args, store: &PostgresStore, raw: &Arc<Raw>, l
     }
     let rate = ops as f64 / began.elapsed().as_secs_f64();
     println!(
-        "{label:>12}: {ops:>7} acquire+complete in {:.2?} = {rate:>8.0} ops/s",
+        "{label:>12}: {ops:>7} insert+complete in {:.2?} = {rate:>8.0} ops/s",
         began.elapsed()
     );
     rate
@@ -228,7 +233,9 @@ async fn main() {
     let url = std::env::var("IDEMGATE_BENCH_DATABASE_URL")
         .or_else(|_| std::env::var("IDEMGATE_TEST_DATABASE_URL"))
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let mut options = PgConnectOptions::from_str(&url).expect("database URL");
+    let mut options = PostgresOptions::new()
+        .connect_options(&url)
+        .expect("database URL");
     if let Some(mode) = &args.synchronous_commit {
         options = options.options([("synchronous_commit", mode.as_str())]);
     }
@@ -264,8 +271,8 @@ async fn main() {
             insert: String::new(),
             complete: String::new(),
             digest: Vec::new(),
+            response: stored_response(),
             headers: Vec::new(),
-            body: Bytes::new(),
         });
         phase(Mode::Store, &warm, &store, &placeholder, "warm-up").await;
         prepared_sql(&pool).await
@@ -276,7 +283,7 @@ async fn main() {
         complete,
         digest: fingerprint().digest.to_vec(),
         headers: response.encode_headers(),
-        body: response.body.clone(),
+        response,
     });
 
     let (mut raw_total, mut store_total, mut ratios) = (0.0, 0.0, Vec::new());

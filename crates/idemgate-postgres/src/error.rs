@@ -27,17 +27,18 @@ pub enum PostgresStoreError {
         /// The migration's description.
         description: &'static str,
     },
-    /// A stored row cannot be decoded; it is left untouched.
+    /// A stored record fails validation
+    /// ([`RawRecord::validate`](idemgate_core::RawRecord::validate)); it is left untouched.
     #[error("corrupt record: {detail}")]
     Corrupt {
         /// What is wrong.
         detail: String,
     },
-    /// `acquire` lost the race for one record this many times in a row (the record kept
-    /// changing between its read and its update). Classified as [`StoreError::Conflict`].
-    #[error("acquire gave up after {attempts} attempts: the record kept changing")]
+    /// `insert_or_get` lost the race for one record this many times in a row (the record
+    /// kept changing between its read and its write). Classified as [`StoreError::Conflict`].
+    #[error("insert_or_get gave up after {attempts} attempts: the record kept changing")]
     Contention {
-        /// How many insert-read-update rounds were tried.
+        /// How many insert-read-write rounds were tried.
         attempts: u32,
     },
 }
@@ -89,9 +90,10 @@ impl From<PostgresStoreError> for StoreError {
     /// Classifies: connection refused or reset, TLS failure, pool timed out or closed,
     /// server shutting down or full → [`StoreError::Unavailable`]; statement or lock timeout
     /// (SQLSTATE 57014, 55P03) → [`StoreError::Timeout`]; serialization failure or deadlock
-    /// (40001, 40P01) and acquire contention → [`StoreError::Conflict`]; an undecodable row →
-    /// [`StoreError::Corrupt`]; anything else → [`StoreError::Backend`]. The original error is
-    /// kept as the source wherever the variant has one.
+    /// (40001, 40P01) and insert contention → [`StoreError::Conflict`]; a record that fails
+    /// validation or a column that does not decode → [`StoreError::Corrupt`]; anything else
+    /// → [`StoreError::Backend`]. The original error is kept as the source wherever the
+    /// variant has one.
     fn from(e: PostgresStoreError) -> Self {
         let class = match &e {
             PostgresStoreError::Sqlx(inner) => classify_sqlx(inner),

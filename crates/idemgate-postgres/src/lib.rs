@@ -6,18 +6,18 @@
 //!
 //! use idemgate_core::fingerprint::{Fingerprint, CURRENT_VERSION};
 //! use idemgate_core::{
-//!     AcquireOutcome, AcquireRequest, DecisionPolicy, IdempotencyKey, IdempotencyStore,
-//!     LeaseToken, ScopedKey,
+//!     IdempotencyKey, IdempotencyStore, InsertOutcome, InsertRequest, LeaseToken, ScopedKey,
 //! };
-//! use idemgate_postgres::PostgresStore;
+//! use idemgate_postgres::{PostgresOptions, PostgresStore};
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = PostgresStore::connect("postgres://app@127.0.0.1:5432/app")
+//! let options = PostgresOptions::new().with_statement_timeout(Some(Duration::from_secs(2)));
+//! let store = PostgresStore::connect_with("postgres://app@127.0.0.1:5432/app", &options)
 //!     .await?
 //!     .with_table_name("idempotency_records")?;
 //! store.migrate().await?;
 //!
-//! let request = AcquireRequest {
+//! let request = InsertRequest {
 //!     key: ScopedKey {
 //!         principal: "alice".into(),
 //!         route: "POST /payments".into(),
@@ -27,16 +27,16 @@
 //!     token: LeaseToken::random(),
 //!     lease_ttl: Duration::from_secs(10),
 //!     record_ttl: Duration::from_secs(24 * 3600),
-//!     policy: DecisionPolicy::default(),
 //! };
-//! match store.acquire(&request).await? {
-//!     AcquireOutcome::Acquired { lease, .. } => {
+//! match store.insert_or_get(&request).await? {
+//!     InsertOutcome::Inserted(lease) => {
 //!         // run the operation, then store its response:
 //!         // store.complete(&lease, &response).await?;
 //! #       let _ = lease;
 //!     }
-//!     AcquireOutcome::Existing { record, now } => {
-//!         // idemgate_core::decide(Some(&record), &request.fingerprint, now, &policy)
+//!     InsertOutcome::Existing { record, now } => {
+//!         // what the record means is the engine's call (idemgate_core::engine), on the
+//!         // database clock `now`; a take-over is `store.take_over(&record, token, ttl)`.
 //! #       let _ = (record, now);
 //!     }
 //! }
@@ -44,42 +44,54 @@
 //! ```
 //!
 //! # Layout
-//! - [`PostgresStore`] (`store.rs`): pool, configuration, the store primitives and
-//!   [`PostgresStore::complete_using`].
-//! - `acquire.rs`: the acquire loop (insert, read, decide, conditional update).
+//! - [`PostgresStore`] (`store.rs`): pool, configuration, migration and
+//!   [`PostgresStore::complete_using`]; [`PostgresOptions`] (`options.rs`): the statement
+//!   and pool timeouts that bound every call.
+//! - `primitives.rs`: the [`idemgate_core::IdempotencyStore`] primitives; `insert.rs`: the
+//!   insert-or-get loop (insert or read, read again, replace an expired record) and the
+//!   take-over compare-and-set.
 //! - `sql.rs`: the SQL of every statement, built once per table name.
 //! - `migrate.rs` and `migrations/*.sql`: the embedded migrations ([`PostgresStore::migrate`]).
-//! - `row.rs`: rows to records. [`PostgresStoreError`] (`error.rs`): errors and their
-//!   classification into [`idemgate_core::StoreError`].
+//! - `row.rs`: rows to [`idemgate_core::RawRecord`], validated by the core.
+//!   [`PostgresStoreError`] (`error.rs`): errors and their classification into
+//!   [`idemgate_core::StoreError`].
 //!
 //! # State machine
 //! ```text
-//!             acquire (first)                 complete(fence, response)
+//!             insert (first)                  complete(fence, response)
 //!   (none) ───────────────────▶ in_progress ────────────────────────────▶ completed ──▶ (purged at expires_at)
 //!                                  │  │  fail(fence)
 //!                                  │  └──────────────────────────────────▶ failed ─────▶ (purged at expires_at)
 //!                                  │ release(fence): nothing happened, retry allowed
 //!                                  └──────────────────────────────────────▶ (none)
-//!           lease expired + same fingerprint: takeover → in_progress with fence+1
+//!           take_over(snapshot) when the engine says so → in_progress with fence+1
 //! ```
-//! The rules are the core's ([`idemgate_core::engine::decide`]), evaluated on the database
-//! clock (DESIGN.md, "Clocks"); `renew`, `complete`, `fail` and `release` are
-//! compare-and-set on (state `in_progress`, fence, lease token, not expired).
+//! The store holds no rules: it inserts, reads, and writes by compare-and-set on the
+//! database clock (DESIGN.md, "Clocks"). `renew`, `complete`, `fail` and `release` check
+//! (state `in_progress`, fence, lease token, record not expired), never the lease's own
+//! expiry; `take_over` checks the snapshot that was read (fence, state, lease token, lease
+//! expiry). Every record read is decoded through [`idemgate_core::RawRecord::validate`],
+//! with the stored response's checksum, so a damaged record is never replayed.
 //!
 //! # Schema
 //! One table (default `idempotency_records`), primary key `(user_id, route, key)`, columns
 //! `request_hash`, `fingerprint_version`, `state` (CHECK: `in_progress`, `completed`,
 //! `failed`), `status`, `response_headers`, `response` (raw body bytes), `replayable`,
+//! `response_checksum` and `response_checksum_fence` (the fence it was written at),
 //! `lease_token`, `lease_expires_at`, `fence`, `created_at`, `completed_at`, `expires_at`
 //! (all times `timestamptz`, in whole milliseconds), and an index on `expires_at` over
-//! every state for the purge. See `migrations/0001_idempotency_records.sql`.
+//! every state for the purge. See `migrations/*.sql`: every migration keeps the table
+//! usable by the build before it, so replicas can be upgraded one at a time.
 
-mod acquire;
 mod error;
+mod insert;
 mod migrate;
+mod options;
+mod primitives;
 mod row;
 mod sql;
 mod store;
 
 pub use error::{PostgresStoreError, Result};
+pub use options::PostgresOptions;
 pub use store::PostgresStore;

@@ -19,11 +19,21 @@ struct Migration {
 }
 
 /// Every migration, in version order.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "idempotency_records",
-    template: include_str!("../migrations/0001_idempotency_records.sql"),
-}];
+/// Never edit an applied migration: add a new one. Each must leave the table usable by a
+/// gateway built before it (nullable columns, no renames), so replicas of two versions can
+/// share the database during a rolling upgrade.
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "idempotency_records",
+        template: include_str!("../migrations/0001_idempotency_records.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "response_checksum",
+        template: include_str!("../migrations/0002_response_checksum.sql"),
+    },
+];
 
 impl Migration {
     fn render(&self, table: &Table) -> String {

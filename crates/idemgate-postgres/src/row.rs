@@ -1,84 +1,113 @@
-//! Decoding rows of [`crate::sql::Statements::read`] into records.
+//! Rows of the read statements ([`crate::sql::Statements::read`] and the read half of
+//! [`crate::sql::Statements::insert_or_read`]) into the core's [`RawRecord`], and the lease
+//! returned by a write.
+//!
+//! Every column is read as `Option<T>`: a NULL, or a value that does not decode as its type
+//! (a column an operator altered), becomes `None`, and [`RawRecord::validate`] alone judges
+//! whether the record is usable, so "corrupt" means here what it means on every store.
 
 use bytes::Bytes;
-use idemgate_core::fingerprint::Fingerprint;
 use idemgate_core::{
-    IdempotencyRecord, LeaseToken, RecordState, ScopedKey, StoredResponse, UnixMillis,
+    IdempotencyRecord, Lease, LeaseToken, RawRecord, ScopedKey, StoreError, UnixMillis,
 };
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
-use crate::error::PostgresStoreError;
+use crate::error::{PostgresStoreError, Result};
 
-fn corrupt(detail: impl Into<String>) -> PostgresStoreError {
-    PostgresStoreError::Corrupt {
-        detail: detail.into(),
+/// One row of a read statement.
+#[derive(Debug)]
+pub(crate) struct ReadRow {
+    /// The record as stored, not yet validated.
+    pub(crate) raw: RawRecord,
+    /// The database clock at the read, in ms since the epoch.
+    pub(crate) now: UnixMillis,
+}
+
+impl ReadRow {
+    /// True when the record is past its `expires_at` by the database clock (an unreadable
+    /// expiry never expires: the record is then refused by validation instead).
+    pub(crate) fn expired(&self) -> bool {
+        self.raw.expires_at.is_some_and(|e| e <= self.now)
     }
 }
 
-/// Decodes one row of the read statement: the record stored for `key` and the database
-/// clock at the read (ms since the epoch).
-///
-/// # Errors
-/// [`PostgresStoreError::Corrupt`] when a column does not decode or breaks an invariant
-/// (unknown state, digest not 32 bytes, completed without status, broken header encoding).
-pub(crate) fn record(
-    key: &ScopedKey,
-    row: &PgRow,
-) -> Result<(IdempotencyRecord, UnixMillis), PostgresStoreError> {
-    let digest: Vec<u8> = get(row, 0)?;
-    let version: i32 = get(row, 1)?;
-    let state: String = get(row, 2)?;
-    let fingerprint = Fingerprint {
-        version: u16::try_from(version)
-            .map_err(|_| corrupt(format!("fingerprint_version {version} out of range")))?,
-        digest: digest
-            .as_slice()
-            .try_into()
-            .map_err(|_| corrupt(format!("request_hash is {} bytes, not 32", digest.len())))?,
-    };
-    let state =
-        RecordState::parse(&state).ok_or_else(|| corrupt(format!("unknown state {state:?}")))?;
-    let response = match state {
-        RecordState::Completed => Some(response(row)?),
-        _ => None,
-    };
-    let record = IdempotencyRecord {
-        key: key.clone(),
-        fingerprint,
-        state,
-        fence: get(row, 3)?,
-        lease_token: get::<Option<i64>>(row, 4)?.map(LeaseToken),
-        lease_expires_at: get(row, 5)?,
-        created_at: get(row, 6)?,
-        completed_at: get(row, 7)?,
-        expires_at: get(row, 8)?,
-        response,
-    };
-    Ok((record, get(row, 13)?))
-}
-
-fn response(row: &PgRow) -> Result<StoredResponse, PostgresStoreError> {
-    let status: Option<i32> = get(row, 9)?;
-    let status = status.ok_or_else(|| corrupt("completed record without status"))?;
-    let headers: Option<Vec<u8>> = get(row, 10)?;
-    let headers = StoredResponse::decode_headers(headers.as_deref().unwrap_or_default())
-        .map_err(|e| corrupt(format!("response_headers: {e}")))?;
-    let body: Option<Vec<u8>> = get(row, 11)?;
-    let replayable: Option<bool> = get(row, 12)?;
-    Ok(StoredResponse {
-        status: u16::try_from(status)
-            .map_err(|_| corrupt(format!("status {status} out of range")))?,
-        headers,
-        body: body.map(Bytes::from).unwrap_or_default(),
-        replayable: replayable.ok_or_else(|| corrupt("completed record without replayable"))?,
-    })
-}
-
-fn get<'r, T>(row: &'r PgRow, index: usize) -> Result<T, PostgresStoreError>
+/// `Some` when column `index` is non-NULL and decodes as `T`.
+fn opt<'r, T>(row: &'r PgRow, index: usize) -> Option<T>
 where
     T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
 {
-    // A column that does not decode is classified as StoreError::Corrupt (error.rs).
-    Ok(row.try_get(index)?)
+    row.try_get::<Option<T>, _>(index).ok().flatten()
+}
+
+/// Decodes one row (column 0, `inserted`, is the caller's): the record's columns and the
+/// database clock.
+///
+/// # Errors
+/// Only if the clock (computed by the statement, never stored) does not decode; the
+/// record's own columns never fail here.
+pub(crate) fn decode(key: &ScopedKey, row: &PgRow) -> Result<ReadRow> {
+    let fence: Option<i64> = opt(row, 4);
+    let checksum_fence: Option<i64> = opt(row, 15);
+    let raw = RawRecord {
+        key: key.clone(),
+        fingerprint_digest: opt::<Vec<u8>>(row, 1),
+        fingerprint_version: opt::<i32>(row, 2).map(i64::from),
+        state: opt(row, 3),
+        fence,
+        lease_token: opt(row, 5),
+        lease_expires_at: opt(row, 6),
+        created_at: opt(row, 7),
+        completed_at: opt(row, 8),
+        expires_at: opt(row, 9),
+        status: opt::<i32>(row, 10).map(i64::from),
+        headers: opt::<Vec<u8>>(row, 11).map(Bytes::from),
+        body: opt::<Vec<u8>>(row, 12).map(Bytes::from),
+        replayable: opt(row, 13),
+        // A checksum seals the response written at its fence. One left behind by a gateway
+        // built before checksums, which replaced or took over the record (fence + 1) and
+        // wrote another response, is stale: the record is then checked without it.
+        checksum: opt::<Vec<u8>>(row, 14)
+            .filter(|_| checksum_fence.is_some() && checksum_fence == fence),
+    };
+    Ok(ReadRow {
+        raw,
+        now: row.try_get(16)?,
+    })
+}
+
+/// Columns of the fence and the lease end (ms) in a row `RETURNING fence, lease end ms`.
+pub(crate) const RETURNED_LEASE: (usize, usize) = (0, 1);
+/// Columns of the fence and the lease end (ms) in a read row.
+pub(crate) const READ_LEASE: (usize, usize) = (4, 6);
+
+/// The lease written with `token`, from the fence and lease-end `columns` of `row`.
+///
+/// # Errors
+/// If those columns do not decode (they were just written by the statement).
+pub(crate) fn lease(
+    key: &ScopedKey,
+    token: LeaseToken,
+    row: &PgRow,
+    (fence, end): (usize, usize),
+) -> Result<Lease> {
+    Ok(Lease {
+        key: key.clone(),
+        fence: row.try_get(fence)?,
+        token,
+        expires_at: row.try_get(end)?,
+    })
+}
+
+/// [`RawRecord::validate`], with its error as this crate's.
+///
+/// # Errors
+/// [`PostgresStoreError::Corrupt`] when the record fails validation.
+pub(crate) fn validate(raw: RawRecord) -> Result<IdempotencyRecord> {
+    raw.validate().map_err(|e| PostgresStoreError::Corrupt {
+        detail: match e {
+            StoreError::Corrupt { detail } => detail,
+            other => other.to_string(),
+        },
+    })
 }

@@ -3,7 +3,7 @@
 //! Every time is judged by the database clock: [`NOW`] is `statement_timestamp()` (the same
 //! value throughout one statement, equal to `now()` outside an explicit transaction and still
 //! current inside a caller's long transaction), truncated to milliseconds so the SQL
-//! comparisons and [`idemgate_core::engine::decide`] see exactly the same integers.
+//! comparisons and the records read back (times in ms) agree to the millisecond.
 
 use crate::error::PostgresStoreError;
 
@@ -83,23 +83,42 @@ impl Table {
     }
 }
 
+/// The columns every read returns, in [`crate::row`]'s order: the record's columns (times
+/// in ms) and the database clock. Preceded by `inserted` (a boolean) in every statement.
+fn record_columns() -> String {
+    format!(
+        "request_hash, fingerprint_version, state, fence, lease_token, {} AS lease_end_ms, \
+         {} AS created_ms, {} AS completed_ms, {} AS expires_ms, status, response_headers, \
+         response, replayable, response_checksum, response_checksum_fence, {} AS now_ms",
+        ms("lease_expires_at"),
+        ms("created_at"),
+        ms("completed_at"),
+        ms("expires_at"),
+        ms(NOW),
+    )
+}
+
 /// The text of every statement the store runs against one table. sqlx prepares each one
-/// once per connection and reuses it.
+/// once per connection and reuses it. Every write is a compare-and-set on what the caller
+/// holds or read; none of them holds a rule of the engine.
 #[derive(Debug)]
 pub(crate) struct Statements {
     /// `$1..$3` key, `$4` digest, `$5` fp version, `$6` token, `$7` lease ms, `$8` ttl ms.
-    /// Returns `(fence, lease_expires_at ms)` when it inserted.
-    pub(crate) insert: String,
-    /// `$1..$3` key. Returns the [`crate::row`] columns.
+    /// Returns the record when the key exists in the statement's snapshot, else inserts it:
+    /// one row of `inserted` + [`record_columns`], or no row when a concurrent insert won
+    /// after the snapshot was taken (then [`Statements::read`] in a separate statement).
+    pub(crate) insert_or_read: String,
+    /// `$1..$3` key. `false` + [`record_columns`].
     pub(crate) read: String,
-    /// [`Statements::insert`]'s parameters, `$9` the fence read. Replaces an expired record.
-    pub(crate) reinsert_expired: String,
-    /// `$1..$3` key, `$4` digest, `$5` fp version, `$6` token, `$7` lease ms, `$8` the fence
-    /// read, `$9` max lease ms, `$10` lease takeover allowed, `$11` retry failed allowed.
-    pub(crate) takeover: String,
+    /// [`Statements::insert_or_read`]'s parameters, `$9` the fence read. Replaces a record
+    /// past its `expires_at` that still has that fence. Returns `(fence, lease end ms)`.
+    pub(crate) replace_expired: String,
+    /// `$1..$3` key, `$4` token, `$5` lease ms; the snapshot: `$6` fence, `$7` state, `$8`
+    /// lease token, `$9` lease end ms. Returns `(fence, lease end ms)`.
+    pub(crate) take_over: String,
     /// CAS on `$1..$3` key, `$4` fence, `$5` token; `$6` lease ms. Returns the new expiry.
     pub(crate) renew: String,
-    /// CAS as renew; `$6` status, `$7` headers, `$8` body, `$9` replayable.
+    /// CAS as renew; `$6` status, `$7` headers, `$8` body, `$9` replayable, `$10` checksum.
     pub(crate) complete: String,
     /// CAS as renew.
     pub(crate) fail: String,
@@ -109,77 +128,80 @@ pub(crate) struct Statements {
     pub(crate) purge: String,
 }
 
+/// `SET` clause that clears the stored response and its checksum.
+const NO_RESPONSE: &str = "status = NULL, response_headers = NULL, response = NULL, \
+     replayable = NULL, response_checksum = NULL, response_checksum_fence = NULL";
+
 impl Statements {
     pub(crate) fn new(table: &Table) -> Self {
         let t = table.qualified();
         let now = NOW;
         let lease_end = ms("lease_expires_at");
+        let cols = record_columns();
         let key = "user_id = $1 AND route = $2 AND key = $3";
+        let lease = |p: u8| format!("{now} + ${p} * interval '1 millisecond'");
+        // The holder's compare-and-set: the lease's fence and token on a live record. The
+        // lease's own expiry is not checked: a late outcome of a live fence lands.
         let held = format!(
             "{key} AND state = 'in_progress' AND fence = $4 AND lease_token = $5 \
              AND expires_at > {now}"
         );
         Self {
-            insert: format!(
-                "INSERT INTO {t} (user_id, route, key, request_hash, fingerprint_version, \
-                 state, fence, lease_token, lease_expires_at, created_at, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5, 'in_progress', 1, $6, \
-                 {now} + $7 * interval '1 millisecond', {now}, \
-                 {now} + greatest($8, $7) * interval '1 millisecond') \
-                 ON CONFLICT (user_id, route, key) DO NOTHING \
-                 RETURNING fence, {lease_end}"
+            // Both halves see the statement's snapshot. A key found there is returned and
+            // the insert is not even attempted: a replay is one round trip that writes and
+            // waits for nothing, even while a caller's open transaction holds the row. A key
+            // committed by another transaction after the snapshot makes the insert do
+            // nothing: no row, and the caller reads again in a new statement.
+            insert_or_read: format!(
+                "WITH found AS (SELECT {cols} FROM {t} WHERE {key}), \
+                 ins AS (INSERT INTO {t} (user_id, route, key, request_hash, \
+                 fingerprint_version, state, fence, lease_token, lease_expires_at, created_at, \
+                 expires_at) SELECT $1, $2, $3, $4, $5, 'in_progress', 1, $6, {}, {now}, \
+                 {now} + greatest($8, $7) * interval '1 millisecond' \
+                 WHERE NOT EXISTS (SELECT 1 FROM found) \
+                 ON CONFLICT (user_id, route, key) DO NOTHING RETURNING {cols}) \
+                 SELECT true, * FROM ins UNION ALL SELECT false, * FROM found",
+                lease(7),
             ),
-            read: format!(
-                "SELECT request_hash, fingerprint_version, state, fence, lease_token, \
-                 {lease_end}, {}, {}, {}, status, response_headers, response, replayable, {} \
-                 FROM {t} WHERE {key}",
-                ms("created_at"),
-                ms("completed_at"),
-                ms("expires_at"),
-                ms(now),
-            ),
-            reinsert_expired: format!(
+            read: format!("SELECT false, {cols} FROM {t} WHERE {key}"),
+            replace_expired: format!(
                 "UPDATE {t} SET request_hash = $4, fingerprint_version = $5, \
                  state = 'in_progress', fence = fence + 1, lease_token = $6, \
-                 lease_expires_at = {now} + $7 * interval '1 millisecond', \
-                 created_at = {now}, completed_at = NULL, \
+                 lease_expires_at = {}, created_at = {now}, completed_at = NULL, \
                  expires_at = {now} + greatest($8, $7) * interval '1 millisecond', \
-                 status = NULL, response_headers = NULL, response = NULL, replayable = NULL \
-                 WHERE {key} AND fence = $9 AND expires_at <= {now} \
-                 RETURNING fence, {lease_end}"
+                 {NO_RESPONSE} WHERE {key} AND fence = $9 AND expires_at <= {now} \
+                 RETURNING fence, {lease_end}",
+                lease(7),
             ),
-            takeover: format!(
-                "UPDATE {t} SET state = 'in_progress', fence = fence + 1, lease_token = $6, \
-                 lease_expires_at = {now} + $7 * interval '1 millisecond', \
-                 expires_at = greatest(expires_at, {now} + $7 * interval '1 millisecond'), \
-                 completed_at = NULL, \
-                 status = NULL, response_headers = NULL, response = NULL, replayable = NULL \
-                 WHERE {key} AND fence = $8 AND expires_at > {now} \
-                 AND request_hash = $4 AND fingerprint_version = $5 \
-                 AND ((state = 'in_progress' AND $10 AND coalesce(lease_expires_at, \
-                 created_at + $9 * interval '1 millisecond') <= {now}) \
-                 OR (state = 'failed' AND $11)) \
-                 RETURNING fence, {lease_end}"
+            take_over: format!(
+                "UPDATE {t} SET state = 'in_progress', fence = fence + 1, lease_token = $4, \
+                 lease_expires_at = {l}, expires_at = greatest(expires_at, {l}), \
+                 completed_at = NULL, {NO_RESPONSE} WHERE {key} AND fence = $6 AND state = $7 \
+                 AND lease_token IS NOT DISTINCT FROM $8 \
+                 AND {lease_end} IS NOT DISTINCT FROM $9 AND expires_at > {now} \
+                 RETURNING fence, {lease_end}",
+                l = lease(5),
             ),
             renew: format!(
-                "UPDATE {t} SET lease_expires_at = {now} + $6 * interval '1 millisecond', \
-                 expires_at = greatest(expires_at, {now} + $6 * interval '1 millisecond') \
-                 WHERE {held} RETURNING {lease_end}"
+                "UPDATE {t} SET lease_expires_at = {l}, expires_at = greatest(expires_at, {l}) \
+                 WHERE {held} RETURNING {lease_end}",
+                l = lease(6),
             ),
             complete: format!(
                 "UPDATE {t} SET state = 'completed', status = $6, response_headers = $7, \
-                 response = $8, replayable = $9, completed_at = {now}, \
+                 response = $8, replayable = $9, response_checksum = $10, \
+                 response_checksum_fence = fence, completed_at = {now}, \
                  lease_token = NULL, lease_expires_at = NULL WHERE {held}"
             ),
             fail: format!(
-                "UPDATE {t} SET state = 'failed', completed_at = {now}, \
+                "UPDATE {t} SET state = 'failed', {NO_RESPONSE}, completed_at = {now}, \
                  lease_token = NULL, lease_expires_at = NULL WHERE {held}"
             ),
             release: format!("DELETE FROM {t} WHERE {held}"),
             // The inner SELECT picks and locks a bounded batch, oldest first through the
             // expires_at index (a sequential scan would wade through the dead rows of the
             // batches before), skipping rows other transactions hold; the DELETE finds them
-            // by ctid (a TID scan) and re-checks expiry, so a row re-acquired in between is
+            // by ctid (a TID scan) and re-checks expiry, so a row re-inserted in between is
             // never deleted.
             purge: format!(
                 "DELETE FROM {t} WHERE ctid = ANY(ARRAY(\

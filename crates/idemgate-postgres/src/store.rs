@@ -1,31 +1,35 @@
-//! [`PostgresStore`]: construction, configuration and the [`IdempotencyStore`] primitives.
+//! [`PostgresStore`]: construction, configuration, migration and
+//! [`PostgresStore::complete_using`]. The [`IdempotencyStore`] primitives are in
+//! `primitives.rs` and `insert.rs`.
+//!
+//! [`IdempotencyStore`]: idemgate_core::IdempotencyStore
 
 use std::fmt;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idemgate_core::{
-    AcquireOutcome, AcquireRequest, IdempotencyStore, Lease, ScopedKey, StoreError, StoredResponse,
-    UnixMillis,
-};
-use sqlx::postgres::{PgPoolOptions, PgQueryResult};
-use sqlx::{Executor, PgConnection, PgPool, Postgres, Row};
+use idemgate_core::{Lease, ScopedKey, StoreError, StoredResponse};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgConnection, PgPool};
 
-use crate::error::{classify, Result};
+use crate::error::Result;
+use crate::migrate;
+use crate::options::PostgresOptions;
 use crate::sql::{self, Statements, Table};
-use crate::{migrate, row};
 
 /// Longest lease or record TTL passed to the database: 100 years, in ms. Longer durations
 /// are clamped to it.
 const MAX_DURATION_MS: i64 = 100 * 365 * 86_400_000;
 
-/// An [`IdempotencyStore`] on PostgreSQL, through a sqlx connection pool.
+/// An [`IdempotencyStore`](idemgate_core::IdempotencyStore) on PostgreSQL, through a sqlx
+/// connection pool.
 ///
 /// Cloning is cheap (the pool and the prepared SQL text are shared). Every time (TTL, lease)
 /// is judged by the database clock, so replicas with skewed clocks agree. Each primitive is
-/// one statement (acquire: an insert, then a read and a conditional update when the key
-/// exists), each sqlx-prepared once per connection.
+/// one statement, sqlx-prepared once per connection (`insert_or_get` on a fresh or a live
+/// key too; a race or an expired record adds a read or a conditional update). Connections
+/// carry a `statement_timeout` ([`PostgresOptions`]), so a locked or stuck database fails a
+/// call instead of holding it.
 ///
 /// Call [`PostgresStore::migrate`] once before use (at start-up or from `idemgate migrate`).
 #[derive(Clone)]
@@ -51,22 +55,16 @@ pub(crate) fn millis(d: Duration) -> i64 {
 // === impl PostgresStore ===
 
 impl PostgresStore {
-    /// The pool settings [`PostgresStore::connect`] uses, tuned for a gateway: at most 16
-    /// connections, none kept open when idle for 10 minutes, 2 s to get a connection before
-    /// failing with [`StoreError::Unavailable`], and no health-check query before each use
-    /// (`test_before_acquire(false)`: it would double the round trips of every command; a
-    /// connection the server closed fails its next command once and is then discarded).
+    /// The pool settings [`PostgresStore::connect`] uses:
+    /// [`PostgresOptions::pool_options`] of the defaults (at most 16 connections, 2 s to get
+    /// one before failing with [`StoreError::Unavailable`], none kept open when idle for 10
+    /// minutes, no health-check query before each use).
     pub fn pool_options() -> PgPoolOptions {
-        PgPoolOptions::new()
-            .max_connections(16)
-            .min_connections(0)
-            .acquire_timeout(Duration::from_secs(2))
-            .idle_timeout(Duration::from_secs(600))
-            .test_before_acquire(false)
+        PostgresOptions::default().pool_options()
     }
 
-    /// Connects a pool with [`PostgresStore::pool_options`] to `url` and opens one connection
-    /// to check it. The URL is a libpq-style URL, e.g.
+    /// Connects a pool with the default [`PostgresOptions`] (2 s statement timeout) to `url`
+    /// and opens one connection to check it. The URL is a libpq-style URL, e.g.
     /// `postgres://user:pass@host:5432/db?sslmode=verify-full` (TLS through rustls); server
     /// settings go in `options`, e.g. `?options=-c%20statement_timeout%3D5s`. The table is
     /// `idempotency_records` unless changed with [`PostgresStore::with_table_name`].
@@ -77,12 +75,25 @@ impl PostgresStore {
     ///
     /// [`PostgresStoreError::Sqlx`]: crate::PostgresStoreError::Sqlx
     pub async fn connect(url: &str) -> Result<Self> {
-        Ok(Self::from_pool(Self::pool_options().connect(url).await?))
+        Self::connect_with(url, &PostgresOptions::default()).await
+    }
+
+    /// [`PostgresStore::connect`] with other [`PostgresOptions`].
+    ///
+    /// # Errors
+    /// As [`PostgresStore::connect`].
+    pub async fn connect_with(url: &str, options: &PostgresOptions) -> Result<Self> {
+        let connect = options.connect_options(url)?;
+        Ok(Self::from_pool(
+            options.pool_options().connect_with(connect).await?,
+        ))
     }
 
     /// A store on an existing pool (for example the application's own, so
     /// [`PostgresStore::complete_using`] can run in its transactions). Consider the settings
-    /// of [`PostgresStore::pool_options`].
+    /// of [`PostgresStore::pool_options`], and build the pool's connect options with
+    /// [`PostgresOptions::connect_options`]: without a `statement_timeout`, a locked row
+    /// holds a store call until the lifecycle's deadline gives up on it.
     pub fn from_pool(pool: PgPool) -> Self {
         let table = Table {
             schema: None,
@@ -166,14 +177,18 @@ impl PostgresStore {
 
     /// Completes the record `lease` owns on `conn`, which may be a caller's transaction
     /// (`&mut *tx`): the business rows and the key's `completed` state then commit or roll
-    /// back together. The same compare-and-set as [`IdempotencyStore::complete`].
+    /// back together. The same compare-and-set as
+    /// [`IdempotencyStore::complete`](idemgate_core::IdempotencyStore::complete), and the same
+    /// response checksum.
     ///
     /// If the transaction rolls back, the key stays `in_progress` under its lease: retries
-    /// get `409` until `lease_expires_at` (stop renewing it), then one takes over with a
-    /// higher fence and runs the operation, which is safe because the first attempt's
-    /// business effect never committed. A crash between acquire and commit behaves the same.
-    /// Until the caller commits, the updated row is locked: an acquire of the same key waits
-    /// for the commit or rollback.
+    /// get `409` until `lease_expires_at` (stop renewing it); then, on a route whose policy
+    /// allows it, one takes over with a higher fence and runs the operation, which is safe
+    /// because the first attempt's business effect never committed. A crash between insert
+    /// and commit behaves the same. Until the caller commits, the updated row is locked:
+    /// `insert_or_get` and `get` of the key do not wait and see it `in_progress` (retries
+    /// get `409`); writes to it (a take-over, a renewal) wait for the commit or rollback,
+    /// up to the statement timeout.
     ///
     /// ```no_run
     /// # use idemgate_core::{Lease, StoredResponse};
@@ -189,7 +204,8 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::LeaseLost`] if the lease is stale (taken over, released, expired by TTL):
-    /// roll back then. Other errors are classified as for every store operation.
+    /// roll back then. A lapsed lease that nobody took over still completes. Other errors
+    /// are classified as for every store operation.
     pub async fn complete_using(
         &self,
         conn: &mut PgConnection,
@@ -198,25 +214,7 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         self.complete_on(conn, lease, response).await
     }
-
-    async fn complete_on<'c>(
-        &self,
-        executor: impl Executor<'c, Database = Postgres>,
-        lease: &Lease,
-        response: &StoredResponse,
-    ) -> Result<(), StoreError> {
-        let headers = response.encode_headers();
-        let query = cas(&self.sql.complete, lease)
-            .bind(i32::from(response.status))
-            .bind(headers.as_slice())
-            .bind(response.body.as_ref())
-            .bind(response.replayable);
-        // `Executor::execute` (a boxed future), so callers can spawn this future.
-        held(executor.execute(query).await.map_err(classify)?)
-    }
 }
-
-type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// `sql` with the key bound as `$1..$3`.
 pub(crate) fn key_query<'q>(sql: &'q str, key: &'q ScopedKey) -> PgQuery<'q> {
@@ -226,98 +224,5 @@ pub(crate) fn key_query<'q>(sql: &'q str, key: &'q ScopedKey) -> PgQuery<'q> {
         .bind(key.key.as_str())
 }
 
-/// `sql` with the compare-and-set parameters bound: key `$1..$3`, fence `$4`, token `$5`.
-fn cas<'q>(sql: &'q str, lease: &'q Lease) -> PgQuery<'q> {
-    key_query(sql, &lease.key)
-        .bind(lease.fence)
-        .bind(lease.token.0)
-}
-
-/// `Ok` if the compare-and-set changed the row, else [`StoreError::LeaseLost`].
-fn held(done: PgQueryResult) -> Result<(), StoreError> {
-    match done.rows_affected() {
-        0 => Err(StoreError::LeaseLost),
-        _ => Ok(()),
-    }
-}
-
-// === impl IdempotencyStore for PostgresStore ===
-
-impl IdempotencyStore for PostgresStore {
-    /// Inserts (`INSERT ... ON CONFLICT DO NOTHING RETURNING`); if the key exists, reads it
-    /// and applies [`idemgate_core::engine::decide`] on the database clock: an expired record
-    /// is replaced (fence + 1), a takeover-eligible one is taken over (fence + 1) by an
-    /// update that re-checks the rules and the fence it read; if that update finds the
-    /// record changed, or the read finds it gone, it starts over.
-    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, StoreError> {
-        Ok(self.acquire_inner(req).await?)
-    }
-
-    async fn renew(&self, lease: &Lease, lease_ttl: Duration) -> Result<UnixMillis, StoreError> {
-        let row = cas(&self.sql.renew, lease)
-            .bind(millis(lease_ttl))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        match row {
-            Some(row) => row.try_get(0).map_err(classify),
-            None => Err(StoreError::LeaseLost),
-        }
-    }
-
-    async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
-        self.complete_on(&self.pool, lease, response).await
-    }
-
-    async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        held(
-            cas(&self.sql.fail, lease)
-                .execute(&self.pool)
-                .await
-                .map_err(classify)?,
-        )
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        held(
-            cas(&self.sql.release, lease)
-                .execute(&self.pool)
-                .await
-                .map_err(classify)?,
-        )
-    }
-
-    async fn get(
-        &self,
-        key: &ScopedKey,
-    ) -> Result<Option<idemgate_core::IdempotencyRecord>, StoreError> {
-        let Some(row) = self.read(key).await? else {
-            return Ok(None);
-        };
-        let (record, now) = row::record(key, &row)?;
-        Ok((now < record.expires_at).then_some(record))
-    }
-
-    /// Deletes up to `batch` expired rows in one statement that locks only those rows and
-    /// skips rows other transactions hold; a row re-acquired meanwhile is not deleted.
-    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        let done = sqlx::query(&self.sql.purge)
-            .bind(i64::from(batch.get()))
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(done.rows_affected())
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(classify)?;
-        Ok(())
-    }
-
-    fn backend(&self) -> &'static str {
-        "postgres"
-    }
-}
+/// A query with its arguments bound.
+pub(crate) type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;

@@ -1,4 +1,4 @@
-//! Benchmark (not a test): acquire + complete operations per second of [`RedisStore`] at a
+//! Benchmark (not a test): insert + complete operations per second of [`RedisStore`] at a
 //! given concurrency, against raw `SET key value NX PX 86400000` (redis-benchmark style) at
 //! the same concurrency on the very same connection, and the ratio.
 //!
@@ -9,7 +9,7 @@
 //! The URL comes from `IDEMGATE_BENCH_REDIS_URL`, else `IDEMGATE_TEST_REDIS_URL`, else
 //! `redis://127.0.0.1:6379`; a `redis+cluster://host:port,...` URL benchmarks a cluster.
 //! Phases alternate (raw, store, raw, store, ...) so drift hits both alike. One store
-//! operation is two round trips (the acquire script, then the complete script); the raw one
+//! operation is two round trips (the insert-or-get script, then the complete script); the raw one
 //! is one, so 0.5 is the ceiling of the ratio. Every key written is deleted after its phase
 //! (keys live under `idemgate-bench:<random>:`).
 
@@ -19,8 +19,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use idemgate_core::fingerprint::{Fingerprint, CURRENT_VERSION};
 use idemgate_core::{
-    AcquireOutcome, AcquireRequest, DecisionPolicy, IdempotencyKey, IdempotencyStore, LeaseToken,
-    ScopedKey, StoredResponse,
+    IdempotencyKey, IdempotencyStore, InsertOutcome, InsertRequest, LeaseToken, ScopedKey,
+    StoredResponse,
 };
 use idemgate_redis::RedisStore;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -207,19 +207,18 @@ async fn store_phase(conn: &Conn, prefix: &str, round: usize, a: &Args) -> f64 {
         let (store, response) = (s.clone(), response.clone());
         let key = scoped(&format!("bench-{round}-{task}"), n);
         async move {
-            let req = AcquireRequest {
+            let req = InsertRequest {
                 key: key.clone(),
                 fingerprint,
                 token: LeaseToken::random(),
                 lease_ttl: LEASE,
                 record_ttl: TTL,
-                policy: DecisionPolicy::default(),
             };
-            match store.acquire(&req).await.expect("acquire") {
-                AcquireOutcome::Acquired { lease, .. } => {
+            match store.insert_or_get(&req).await.expect("insert_or_get") {
+                InsertOutcome::Inserted(lease) => {
                     store.complete(&lease, &response).await.expect("complete")
                 }
-                AcquireOutcome::Existing { .. } => panic!("fresh keys only"),
+                InsertOutcome::Existing { .. } => panic!("fresh keys only"),
             }
             store.record_key(&key)
         }
@@ -267,7 +266,7 @@ async fn main() {
         let r = raw_phase(&conn, &prefix, round, &a).await;
         let s = store_phase(&conn, &prefix, round, &a).await;
         println!(
-            "round {round}: raw SET NX PX {r:>9.0} ops/s | store acquire+complete {s:>9.0} ops/s | ratio {:.3}",
+            "round {round}: raw SET NX PX {r:>9.0} ops/s | store insert+complete {s:>9.0} ops/s | ratio {:.3}",
             s / r
         );
         raw.push(r);

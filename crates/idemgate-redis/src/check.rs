@@ -1,4 +1,4 @@
-//! [`RedisStore::check_server`]: the start-up check of the settings that decide what Redis
+//! [`RedisStore::check_server`]: the start-up check of the settings that determine what Redis
 //! can lose, and [`ServerWarning`].
 
 use std::fmt;
@@ -6,9 +6,10 @@ use std::fmt;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{ErrorKind, RedisError, Value};
 
+use crate::conn::Conn;
 use crate::error::Result;
 use crate::record::bytes;
-use crate::store::{Conn, RedisStore};
+use crate::store::RedisStore;
 
 /// A server setting under which Redis can lose records (see the crate docs). Each names
 /// the node it was read from (`host:port`) on a cluster, `None` on a single server.
@@ -32,7 +33,7 @@ pub enum ServerWarning {
         /// True when RDB snapshots are configured (`save` is not empty).
         snapshots: bool,
     },
-    /// `appendfsync no`: the append-only file is flushed when the OS decides (often 30 s),
+    /// `appendfsync no`: the append-only file is flushed when the OS chooses (often 30 s),
     /// so a crash of the machine loses that much.
     AppendFsyncNo {
         /// The node, on a cluster.
@@ -144,7 +145,7 @@ fn refused(e: &RedisError) -> bool {
 }
 
 impl RedisStore {
-    /// Reads the server settings that decide what Redis can lose (`maxmemory-policy`,
+    /// Reads the server settings that determine what Redis can lose (`maxmemory-policy`,
     /// `appendonly`, `appendfsync`, `save`) from the server, or from every primary of a
     /// cluster, and returns a warning for each risky one: an eviction policy other than
     /// `noeviction`, the append-only file off, `appendfsync no`. Where `CONFIG GET` is

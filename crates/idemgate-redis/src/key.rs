@@ -5,7 +5,7 @@
 //! different scopes can produce the same input (`("ab", "c")` and `("a", "bc")` differ).
 //! The braces make the digest the Redis Cluster hash tag: the slot depends only on the
 //! scope, never on the prefix, and records spread evenly over the slots. The scope is also
-//! stored inside the record and compared on every read and acquire, so even a digest
+//! stored inside the record and compared on every read and insert, so even a digest
 //! collision could never replay one caller's response to another.
 
 use idemgate_core::ScopedKey;

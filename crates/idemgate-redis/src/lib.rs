@@ -6,8 +6,7 @@
 //!
 //! use idemgate_core::fingerprint::{Fingerprint, CURRENT_VERSION};
 //! use idemgate_core::{
-//!     AcquireOutcome, AcquireRequest, DecisionPolicy, IdempotencyKey, IdempotencyStore,
-//!     LeaseToken, ScopedKey,
+//!     IdempotencyKey, IdempotencyStore, InsertOutcome, InsertRequest, LeaseToken, ScopedKey,
 //! };
 //! use idemgate_redis::RedisStore;
 //!
@@ -19,7 +18,7 @@
 //!     eprintln!("warning: {warning}");
 //! }
 //!
-//! let request = AcquireRequest {
+//! let request = InsertRequest {
 //!     key: ScopedKey {
 //!         principal: "alice".into(),
 //!         route: "POST /payments".into(),
@@ -29,16 +28,16 @@
 //!     token: LeaseToken::random(),
 //!     lease_ttl: Duration::from_secs(10),
 //!     record_ttl: Duration::from_secs(24 * 3600),
-//!     policy: DecisionPolicy::default(),
 //! };
-//! match store.acquire(&request).await? {
-//!     AcquireOutcome::Acquired { lease, .. } => {
+//! match store.insert_or_get(&request).await? {
+//!     InsertOutcome::Inserted(lease) => {
 //!         // run the operation, then store its response:
 //!         // store.complete(&lease, &response).await?;
 //! #       let _ = lease;
 //!     }
-//!     AcquireOutcome::Existing { record, now } => {
-//!         // idemgate_core::decide(Some(&record), &request.fingerprint, now, &policy)
+//!     InsertOutcome::Existing { record, now } => {
+//!         // the core's engine judges what the record means (replay, in flight, ...);
+//!         // the request lifecycle in idemgate_core drives all of this for you
 //! #       let _ = (record, now);
 //!     }
 //! }
@@ -58,18 +57,28 @@
 //!
 //! # State machine
 //! ```text
-//!             acquire (first)                 complete(fence, response)
+//!             insert (first)                  complete(fence, response)
 //!   (none) ───────────────────▶ in_progress ────────────────────────────▶ completed ──▶ (expired by Redis at expires_at)
 //!                                  │  │  fail(fence)
 //!                                  │  └──────────────────────────────────▶ failed ─────▶ (expired by Redis at expires_at)
 //!                                  │ release(fence): nothing happened, retry allowed
 //!                                  └──────────────────────────────────────▶ (none)
-//!           lease expired + same fingerprint: takeover → in_progress with fence+1
+//!           take_over(snapshot): in_progress with fence+1, if the record is unchanged
 //! ```
-//! The acquire script applies the core's rules ([`idemgate_core::engine::decide`] and
-//! [`idemgate_core::engine::apply_acquire`]) for `Insert` and `Takeover` and returns the
-//! record untouched otherwise; `renew`, `complete`, `fail` and `release` are
-//! compare-and-set on (state `in_progress`, fence, lease token, not expired).
+//! Each primitive is one Lua script holding a compare-and-set, never a rule:
+//! `insert_or_get` inserts when the key holds no live record (a record past `expires_at`
+//! is replaced with fence + 1) and returns the live record untouched otherwise;
+//! `take_over` succeeds only if the record still has the state, fence, lease token and
+//! lease expiry that were read; `renew`, `complete`, `fail` and `release` are fenced on
+//! (state `in_progress`, fence, lease token, record not expired), not on the lease's own
+//! expiry, so a late outcome of a live fence lands. Whether a record replays, waits or is
+//! taken over is the core's call ([`idemgate_core::engine`]), never this crate's.
+//!
+//! Every record read is decoded through [`idemgate_core::RawRecord::validate`] (plus a
+//! check that the scope stored in the hash is the one looked up), so a damaged record is
+//! [`idemgate_core::StoreError::Corrupt`] exactly as on the other stores. A completed
+//! record carries [`idemgate_core::response_checksum`] in field `cs`; records written
+//! before checksums existed have none and are checked by the other rules.
 //!
 //! # Keys and records
 //! One record is one Redis hash, under `<prefix>{<hex SHA-256>}`: the digest covers the
@@ -77,8 +86,8 @@
 //! it the cluster hash tag, so every operation touches one key on one slot. The prefix
 //! defaults to `idemgate:`. The hash holds the scope (compared on every read), the
 //! fingerprint, state, fence, lease, timestamps and the response (status, headers, raw
-//! body bytes); the key carries `PEXPIREAT expires_at`. A record never expires under a
-//! live lease: acquire, takeover and renew push `expires_at` (and the key's expiry) to at
+//! body bytes, checksum); the key carries `PEXPIREAT expires_at`. A record never expires under a
+//! live lease: insert, take-over and renew push `expires_at` (and the key's expiry) to at
 //! least the lease's end. All times are the server's (`TIME` inside the scripts), so
 //! gateways with skewed clocks agree (DESIGN.md, "Clocks").
 //!
@@ -106,6 +115,7 @@
 //! prefer the PostgreSQL store. See the crate's `README.md` for the operations guide.
 
 mod check;
+mod conn;
 mod error;
 mod key;
 mod options;

@@ -17,7 +17,9 @@ pub struct RedisOptions {
     /// How long one connection attempt may take. Defaults to 2 s.
     pub connection_timeout: Duration,
     /// How long a command (one script call) may wait for its reply before failing with
-    /// [`idemgate_core::StoreError::Timeout`]. Defaults to 2 s.
+    /// [`idemgate_core::StoreError::Timeout`], so a server that accepts connections but
+    /// stops answering fails the call instead of hanging it. Defaults to 2 s, the deadline
+    /// the core's lifecycle puts on every store call.
     pub response_timeout: Duration,
     /// Single node: extra connection attempts after the first, when connecting and after
     /// the connection broke. Requests issued while the connection is being re-established

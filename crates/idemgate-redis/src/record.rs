@@ -1,10 +1,10 @@
-//! Decoding the fields of a record hash (see `scripts/common.lua` for the layout).
+//! Decoding the fields of a record hash (see `scripts/common.lua` for the layout): every
+//! record goes through [`RawRecord::validate`], the one validation of the core, so a damaged
+//! record is [`StoreError::Corrupt`] exactly as on every other store.
 
 use bytes::Bytes;
-use idemgate_core::fingerprint::Fingerprint;
-use idemgate_core::{
-    IdempotencyRecord, LeaseToken, RecordState, ScopedKey, StoredResponse, UnixMillis,
-};
+use idemgate_core::integrity::RawRecord;
+use idemgate_core::{IdempotencyRecord, ScopedKey, StoreError, UnixMillis};
 use redis::Value;
 
 use crate::error::{corrupt, unexpected, Result};
@@ -56,35 +56,21 @@ impl Fields {
         Some(self.0.swap_remove(i).1)
     }
 
-    fn text(&self, name: &str) -> Result<&str> {
-        let raw = self
-            .get(name)
-            .ok_or_else(|| corrupt(format!("field `{name}` is missing")))?;
-        std::str::from_utf8(raw).map_err(|_| corrupt(format!("field `{name}` is not UTF-8")))
-    }
-
-    fn int<T: std::str::FromStr>(&self, name: &str) -> Result<T> {
-        let text = self.text(name)?;
-        text.parse()
-            .map_err(|_| corrupt(format!("field `{name}` is not an integer: {text:?}")))
-    }
-
-    /// An optional integer: `None` when missing or unreadable.
-    fn opt_int<T: std::str::FromStr>(&self, name: &str) -> Option<T> {
+    /// An integer field: `None` when missing or unreadable.
+    fn int(&self, name: &str) -> Option<i64> {
         std::str::from_utf8(self.get(name)?).ok()?.parse().ok()
     }
 
     /// The expiry (`ex`), if readable.
     pub(crate) fn expires_at(&self) -> Option<UnixMillis> {
-        self.opt_int("ex")
+        self.int("ex")
     }
 
-    /// Decodes the record stored for `key`.
+    /// The raw record stored for `key`, each field `None` when missing or unreadable.
     ///
     /// # Errors
-    /// [`RedisStoreError::Corrupt`] when a field is missing or does not decode, the record
-    /// belongs to another scope, or a completed record has no status.
-    pub(crate) fn into_record(mut self, key: &ScopedKey) -> Result<IdempotencyRecord> {
+    /// [`crate::RedisStoreError::Corrupt`] when the scope stored in the hash is not `key`'s.
+    pub(crate) fn into_raw(mut self, key: &ScopedKey) -> Result<RawRecord> {
         let scope = (self.get("p"), self.get("r"), self.get("k"));
         let expected = (
             Some(key.principal.as_bytes()),
@@ -96,54 +82,38 @@ impl Fields {
                 "the record stored under this key has another scope",
             ));
         }
-        let digest = self.get("fd").unwrap_or_default();
-        let fingerprint = Fingerprint {
-            version: self.int("fv")?,
-            digest: digest.try_into().map_err(|_| {
-                corrupt(format!(
-                    "fingerprint digest is {} bytes, not 32",
-                    digest.len()
-                ))
-            })?,
-        };
-        let state = self.text("st")?;
-        let state =
-            RecordState::parse(state).ok_or_else(|| corrupt(format!("unknown state {state:?}")))?;
-        let response = match state {
-            RecordState::Completed => Some(self.response()?),
-            _ => None,
-        };
-        Ok(IdempotencyRecord {
+        Ok(RawRecord {
             key: key.clone(),
-            fingerprint,
-            state,
-            fence: self.int("fe")?,
-            lease_token: self.opt_int("lt").map(LeaseToken),
-            lease_expires_at: self.opt_int("le"),
-            created_at: self.int("ca")?,
-            completed_at: self.opt_int("co"),
-            expires_at: self.int("ex")?,
-            response,
+            fingerprint_version: self.int("fv"),
+            fingerprint_digest: self.take("fd"),
+            state: self.take("st").and_then(|s| String::from_utf8(s).ok()),
+            fence: self.int("fe"),
+            lease_token: self.int("lt"),
+            lease_expires_at: self.int("le"),
+            created_at: self.int("ca"),
+            completed_at: self.int("co"),
+            expires_at: self.int("ex"),
+            status: self.int("rs"),
+            replayable: match self.get("rr") {
+                Some(b"1") => Some(true),
+                Some(b"0") => Some(false),
+                _ => None,
+            },
+            headers: self.take("rh").map(Bytes::from),
+            body: self.take("rb").map(Bytes::from),
+            checksum: self.take("cs"),
         })
     }
 
-    fn response(&mut self) -> Result<StoredResponse> {
-        let status = self
-            .int("rs")
-            .map_err(|_| corrupt("completed record without a readable status"))?;
-        let replayable = match self.get("rr") {
-            Some(b"1") => true,
-            Some(b"0") => false,
-            _ => return Err(corrupt("completed record without a readable `rr` flag")),
-        };
-        let headers = StoredResponse::decode_headers(self.get("rh").unwrap_or_default())
-            .map_err(|e| corrupt(format!("response headers: {e}")))?;
-        Ok(StoredResponse {
-            status,
-            headers,
-            body: self.take("rb").map(Bytes::from).unwrap_or_default(),
-            replayable,
-        })
+    /// Decodes and validates the record stored for `key`.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when the record belongs to another scope or fails
+    /// [`RawRecord::validate`] (a missing or unreadable field, an unknown state, a
+    /// completed record without its status, headers or body, a checksum that does not
+    /// match).
+    pub(crate) fn into_record(self, key: &ScopedKey) -> Result<IdempotencyRecord, StoreError> {
+        self.into_raw(key)?.validate()
     }
 }
 
@@ -173,103 +143,4 @@ pub(crate) fn array(v: Value) -> Result<Vec<Value>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use idemgate_core::IdempotencyKey;
-
-    use super::*;
-    use crate::error::RedisStoreError;
-
-    fn key() -> ScopedKey {
-        ScopedKey {
-            principal: "alice".into(),
-            route: "POST /payments".into(),
-            key: IdempotencyKey::new("key-00000001").unwrap(),
-        }
-    }
-
-    fn flat(pairs: &[(&str, &[u8])]) -> Value {
-        Value::Array(
-            pairs
-                .iter()
-                .flat_map(|(f, v)| {
-                    [
-                        Value::BulkString(f.as_bytes().to_vec()),
-                        Value::BulkString(v.to_vec()),
-                    ]
-                })
-                .collect(),
-        )
-    }
-
-    fn base() -> Vec<(&'static str, &'static [u8])> {
-        vec![
-            ("p", b"alice"),
-            ("r", b"POST /payments"),
-            ("k", b"key-00000001"),
-            ("fv", b"1"),
-            ("fd", &[7; 32]),
-            ("st", b"in_progress"),
-            ("fe", b"3"),
-            ("lt", b"-42"),
-            ("le", b"2000"),
-            ("ca", b"1000"),
-            ("ex", b"87400000"),
-        ]
-    }
-
-    #[test]
-    fn decodes_an_in_progress_record() {
-        let rec = Fields::from_value(flat(&base()))
-            .unwrap()
-            .into_record(&key())
-            .unwrap();
-        assert_eq!(rec.state, RecordState::InProgress);
-        assert_eq!((rec.fence, rec.lease_token), (3, Some(LeaseToken(-42))));
-        assert_eq!(rec.lease_expires_at, Some(2000));
-        assert_eq!(rec.fingerprint.digest, [7; 32]);
-        assert_eq!(rec.response, None);
-    }
-
-    #[test]
-    fn an_unreadable_lease_reads_as_missing() {
-        let mut fields = base();
-        fields.retain(|(f, _)| *f != "le");
-        fields.push(("le", b"soon"));
-        let rec = Fields::from_value(flat(&fields))
-            .unwrap()
-            .into_record(&key())
-            .unwrap();
-        assert_eq!(rec.lease_expires_at, None);
-    }
-
-    #[test]
-    fn broken_records_are_corrupt() {
-        let cases: Vec<(&str, &[u8])> = vec![
-            ("st", b"done"),
-            ("fd", b"short"),
-            ("fe", b"x"),
-            ("p", b"bob"),
-        ];
-        for (field, value) in cases {
-            let mut fields = base();
-            fields.retain(|(f, _)| *f != field);
-            fields.push((field, value));
-            let err = Fields::from_value(flat(&fields))
-                .unwrap()
-                .into_record(&key())
-                .unwrap_err();
-            assert!(
-                matches!(err, RedisStoreError::Corrupt { .. }),
-                "{field}: {err}"
-            );
-        }
-        let mut completed = base();
-        completed.retain(|(f, _)| *f != "st");
-        completed.push(("st", b"completed"));
-        let err = Fields::from_value(flat(&completed))
-            .unwrap()
-            .into_record(&key())
-            .unwrap_err();
-        assert!(matches!(err, RedisStoreError::Corrupt { .. }));
-    }
-}
+mod tests;

@@ -21,7 +21,8 @@ macro_rules! script {
 /// Every script, hashed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    pub(crate) acquire: Script,
+    pub(crate) insert_or_get: Script,
+    pub(crate) take_over: Script,
     pub(crate) renew: Script,
     pub(crate) complete: Script,
     pub(crate) fail: Script,
@@ -31,7 +32,8 @@ pub(crate) struct Scripts {
 
 /// The scripts, built on first use.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: script!("acquire"),
+    insert_or_get: script!("insert_or_get"),
+    take_over: script!("take_over"),
     renew: script!("renew"),
     complete: script!("complete"),
     fail: script!("fail"),

@@ -5,14 +5,16 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemgate_core::integrity::response_checksum;
 use idemgate_core::{
-    AcquireOutcome, AcquireRequest, IdempotencyRecord, IdempotencyStore, Lease, ScopedKey,
-    StoreError, StoredResponse, UnixMillis,
+    IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
+    ScopedKey, StoreError, StoredResponse, UnixMillis,
 };
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, ScriptInvocation, Value};
+use redis::{ScriptInvocation, Value};
 
+use crate::conn::Conn;
 use crate::error::{classify, unexpected, Result};
 use crate::key::{record_key, validate_prefix, DEFAULT_KEY_PREFIX};
 use crate::options::{connect_cluster, connect_single, parse_url, RedisOptions, Target};
@@ -32,41 +34,6 @@ fn flag(b: bool) -> &'static str {
         "1"
     } else {
         "0"
-    }
-}
-
-/// The connection: one server through a reconnecting manager, or a cluster.
-#[derive(Clone)]
-pub(crate) enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Self::Single(c) => c.req_packed_command(cmd),
-            Self::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Self::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Single(c) => c.get_db(),
-            Self::Cluster(c) => c.get_db(),
-        }
     }
 }
 
@@ -146,12 +113,15 @@ impl RedisStore {
         )))
     }
 
-    /// A store on an existing single-node connection manager.
+    /// A store on an existing single-node connection manager. Its timeouts are the
+    /// caller's: configure a connection and a response timeout (as [`RedisOptions`] does,
+    /// 2 s each by default), or a server that stops answering hangs every call.
     pub fn from_connection_manager(conn: ConnectionManager) -> Self {
         Self::from_conn(Conn::Single(conn))
     }
 
-    /// A store on an existing cluster connection.
+    /// A store on an existing cluster connection; as for
+    /// [`RedisStore::from_connection_manager`], its timeouts are the caller's.
     pub fn from_cluster_connection(conn: ClusterConnection) -> Self {
         Self::from_conn(Conn::Cluster(conn))
     }
@@ -222,25 +192,50 @@ impl RedisStore {
         inv
     }
 
-    fn acquired(req: &AcquireRequest, items: &[Value]) -> Result<AcquireOutcome> {
-        match items {
-            [_, _, fence, lease_end, takeover] => Ok(AcquireOutcome::Acquired {
-                lease: Lease {
-                    key: req.key.clone(),
+    /// The outcome of an `insert_or_get.lua` reply: `{1, now, fence, lease_expires_at}`
+    /// or `{0, now, {field, value, ...}}`.
+    fn insert_outcome(req: &InsertRequest, reply: Value) -> Result<InsertOutcome, StoreError> {
+        let mut items = array(reply)?;
+        let tag = items.first().map(int).transpose()?;
+        match (tag, items.len()) {
+            (Some(1), 4) => Ok(InsertOutcome::Inserted(Lease {
+                key: req.key.clone(),
+                fence: int(&items[2])?,
+                token: req.token,
+                expires_at: int(&items[3])?,
+            })),
+            (Some(0), 3) => {
+                let fields = Fields::from_value(items.swap_remove(2))?;
+                Ok(InsertOutcome::Existing {
+                    now: int(&items[1])?,
+                    record: fields.into_record(&req.key)?,
+                })
+            }
+            _ => Err(unexpected("insert_or_get: a reply of another shape").into()),
+        }
+    }
+
+    /// The lease of a `take_over.lua` reply: `{fence, lease_expires_at}`, or 0.
+    fn taken_over(key: &ScopedKey, token: LeaseToken, reply: Value) -> Result<Option<Lease>> {
+        match reply {
+            Value::Int(0) => Ok(None),
+            Value::Array(items) => match items.as_slice() {
+                [fence, lease_end] => Ok(Some(Lease {
+                    key: key.clone(),
                     fence: int(fence)?,
-                    token: req.token,
+                    token,
                     expires_at: int(lease_end)?,
-                },
-                takeover: int(takeover)? == 1,
-            }),
-            _ => Err(unexpected("acquire: an acquired reply has 5 items")),
+                })),
+                _ => Err(unexpected("take_over: a lease reply has 2 items")),
+            },
+            other => Err(unexpected(format!("take_over: reply {other:?}"))),
         }
     }
 }
 
 impl IdempotencyStore for RedisStore {
-    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, StoreError> {
-        let mut inv = SCRIPTS.acquire.key(self.record_key(&req.key));
+    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
+        let mut inv = SCRIPTS.insert_or_get.key(self.record_key(&req.key));
         inv.arg(&req.key.principal)
             .arg(&req.key.route)
             .arg(req.key.key.as_str())
@@ -248,26 +243,26 @@ impl IdempotencyStore for RedisStore {
             .arg(&req.fingerprint.digest[..])
             .arg(req.token.0)
             .arg(millis(req.lease_ttl))
-            .arg(millis(req.record_ttl))
-            .arg(millis(req.policy.max_lease))
-            .arg(flag(req.policy.retry_failed))
-            .arg(flag(
-                req.policy.lease_expired == idemgate_core::LeaseExpiredPolicy::Takeover,
-            ));
-        let mut items = array(self.run(&inv).await?)?;
-        let (tag, now) = match items.as_slice() {
-            [tag, now, ..] => (int(tag)?, int(now)?),
-            _ => return Err(unexpected("acquire: reply too short").into()),
-        };
-        if tag == 1 {
-            return Ok(Self::acquired(req, &items)?);
-        }
-        let fields = match items.len() {
-            3 => Fields::from_value(items.swap_remove(2))?,
-            _ => return Err(unexpected("acquire: an existing reply has 3 items").into()),
-        };
-        let record = fields.into_record(&req.key)?;
-        Ok(AcquireOutcome::Existing { record, now })
+            .arg(millis(req.record_ttl));
+        Self::insert_outcome(req, self.run(&inv).await?)
+    }
+
+    async fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        token: LeaseToken,
+        lease_ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        // absent (None) is sent as '' and matches a missing or unreadable field
+        let decimal = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_default();
+        let mut inv = SCRIPTS.take_over.key(self.record_key(&seen.key));
+        inv.arg(seen.state.as_str())
+            .arg(seen.fence)
+            .arg(decimal(seen.lease_token.map(|t| t.0)))
+            .arg(decimal(seen.lease_expires_at))
+            .arg(token.0)
+            .arg(millis(lease_ttl));
+        Ok(Self::taken_over(&seen.key, token, self.run(&inv).await?)?)
     }
 
     async fn renew(&self, lease: &Lease, lease_ttl: Duration) -> Result<UnixMillis, StoreError> {
@@ -283,7 +278,8 @@ impl IdempotencyStore for RedisStore {
         inv.arg(response.status)
             .arg(response.encode_headers())
             .arg(response.body.as_ref())
-            .arg(flag(response.replayable));
+            .arg(flag(response.replayable))
+            .arg(&response_checksum(&lease.key, response)[..]);
         self.run_held(&inv).await.map(drop)
     }
 
@@ -315,7 +311,7 @@ impl IdempotencyStore for RedisStore {
 
     /// Returns 0 without touching the server: Redis deletes every record itself at its
     /// `expires_at` (each key carries `PEXPIREAT`), so there is never anything to purge. An
-    /// expired record reads as absent meanwhile, and a record re-acquired after expiry is a
+    /// expired record reads as absent meanwhile, and a record inserted again after expiry is a
     /// new key with a new expiry. Scanning the keyspace instead would cost O(keys) and, on
     /// a cluster, a round over every node, for nothing.
     async fn purge_expired(&self, _batch: NonZeroU32) -> Result<u64, StoreError> {

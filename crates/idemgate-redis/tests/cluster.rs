@@ -2,27 +2,28 @@
 //! (comma-separated node URLs; `scripts/start-cluster.sh` starts a local three-node cluster
 //! and prints the export line). The conformance suite, plus what is cluster-specific:
 //! records spread over the slots, the `redis+cluster://` URL, the per-node server check.
-//!
-//! `purge_in_batches` is left out for the reason given in `tests/conformance.rs`.
+//! Damaged records are made with raw `HSET`/`HDEL` through a cluster connection; each case
+//! deletes the keys it created.
 
 use std::collections::HashSet;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use idemgate_core::testing::{fp, request, response, unique_key};
-use idemgate_core::IdempotencyStore;
+use idemgate_core::testing::{existing, fp, inserted, request, response, unique_key};
+use idemgate_core::{IdempotencyStore, LeaseToken, RecordState};
 use idemgate_redis::{RedisStore, ServerWarning};
 use redis::cluster_async::ClusterConnection;
 use redis::AsyncCommands;
 
 mod common;
 
-async fn make() -> Option<RedisStore> {
+async fn make() -> Option<common::TestStore> {
     common::fresh_cluster_store().await
 }
 
 idemgate_core::store_conformance!(
     make,
+    common::damage,
     idemgate_core::testing::StoreCapabilities {
         native_expiry: true
     }
@@ -57,10 +58,12 @@ async fn records_spread_over_slots_by_their_hash_tag() {
     let mut slots = HashSet::new();
     for _ in 0..24 {
         let k = unique_key("alice");
-        let lease = match store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap() {
-            idemgate_core::AcquireOutcome::Acquired { lease, .. } => lease,
-            other => panic!("{other:?}"),
-        };
+        let lease = inserted(
+            store
+                .insert_or_get(&request(&k, fp(1), LONG, DAY))
+                .await
+                .unwrap(),
+        );
         store.complete(&lease, &response(32)).await.unwrap();
         let key = store.record_key(&k);
         let tag = &key[key.find('{').unwrap() + 1..key.len() - 1];
@@ -83,22 +86,65 @@ async fn a_lost_record_runs_again_on_a_cluster() {
     };
     let mut raw = raw(&common::cluster_urls().unwrap()).await;
     let k = unique_key("alice");
-    let req = request(&k, fp(1), LONG, DAY);
-    let idemgate_core::AcquireOutcome::Acquired { lease, .. } = store.acquire(&req).await.unwrap()
-    else {
-        panic!("expected Acquired");
-    };
+    let lease = inserted(
+        store
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
+            .await
+            .unwrap(),
+    );
     store.complete(&lease, &response(8)).await.unwrap();
     let deleted: i64 = raw.del(store.record_key(&k)).await.unwrap();
     assert_eq!(deleted, 1);
-    let again = store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap();
-    assert!(matches!(
-        again,
-        idemgate_core::AcquireOutcome::Acquired {
-            takeover: false,
-            ..
-        }
-    ));
+    // a lost record is new (Inserted with fence 1), not taken over
+    let again = inserted(
+        store
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(again.fence, 1);
+}
+
+/// Take-over on a cluster: the compare-and-set runs on the record's slot, and a stale
+/// snapshot is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_over_is_a_compare_and_set_on_a_cluster() {
+    let Some(store) = make().await else {
+        return;
+    };
+    let k = unique_key("alice");
+    let short = Duration::from_millis(100);
+    let old = inserted(
+        store
+            .insert_or_get(&request(&k, fp(1), short, DAY))
+            .await
+            .unwrap(),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (seen, now) = existing(
+        store
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
+            .await
+            .unwrap(),
+    );
+    assert!(now >= seen.lease_expires_at.unwrap());
+    assert_eq!(seen.state, RecordState::InProgress, "returned untouched");
+    let new = store
+        .take_over(&seen, LeaseToken::random(), LONG)
+        .await
+        .unwrap()
+        .expect("taken over");
+    assert_eq!(new.fence, old.fence + 1);
+    assert!(store
+        .take_over(&seen, LeaseToken::random(), LONG)
+        .await
+        .unwrap()
+        .is_none());
+    store.complete(&new, &response(4)).await.unwrap();
+    assert_eq!(
+        store.get(&k).await.unwrap().unwrap().response,
+        Some(response(4))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +159,7 @@ async fn purge_is_native_on_a_cluster() {
         // a lease shorter than the TTL: a record never expires under a live lease
         let lease = Duration::from_millis(100);
         store
-            .acquire(&request(&k, fp(1), lease, ttl))
+            .insert_or_get(&request(&k, fp(1), lease, ttl))
             .await
             .unwrap();
         expired.push(k);
@@ -141,10 +187,14 @@ async fn a_cluster_url_connects_and_the_check_covers_every_primary() {
         .unwrap()
         .with_key_prefix(&common::prefix())
         .unwrap();
+    let store = common::TestStore::new(store, common::Cleanup::Cluster(nodes.clone()));
     assert!(store.is_cluster());
     store.ping().await.unwrap();
     let k = unique_key("alice");
-    store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap();
+    store
+        .insert_or_get(&request(&k, fp(1), LONG, DAY))
+        .await
+        .unwrap();
     assert!(store.get(&k).await.unwrap().is_some());
 
     let warnings = store.check_server().await.unwrap();

@@ -1,4 +1,4 @@
-//! Acquire + complete throughput of [`SqliteStore`] on a temporary file, at concurrency 1
+//! Insert + complete throughput of [`SqliteStore`] on a temporary file, at concurrency 1
 //! and 32, with each durability setting.
 //!
 //! ```text
@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idemgate_core::testing::{fp, request, response, unique_key};
-use idemgate_core::{AcquireOutcome, IdempotencyStore};
+use idemgate_core::{IdempotencyStore, InsertOutcome};
 use idemgate_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(10);
 const TTL: Duration = Duration::from_secs(86_400);
 
-/// Runs `ops` fresh-key acquire + complete pairs over `concurrency` tasks; returns pairs/s.
+/// Runs `ops` fresh-key insert + complete pairs over `concurrency` tasks; returns pairs/s.
 async fn run(store: Arc<SqliteStore>, ops: usize, concurrency: usize) -> f64 {
     let resp = Arc::new(response(256));
     let started = Instant::now();
@@ -27,9 +27,9 @@ async fn run(store: Arc<SqliteStore>, ops: usize, concurrency: usize) -> f64 {
                 for _ in 0..ops / concurrency {
                     let k = unique_key("bench");
                     let req = request(&k, fp(1), LEASE, TTL);
-                    let AcquireOutcome::Acquired { lease, .. } = store.acquire(&req).await.unwrap()
+                    let InsertOutcome::Inserted(lease) = store.insert_or_get(&req).await.unwrap()
                     else {
-                        panic!("a fresh key is acquired");
+                        panic!("a fresh key is inserted");
                     };
                     store.complete(&lease, &resp).await.unwrap();
                 }
@@ -68,7 +68,7 @@ async fn main() {
                 ops
             };
             let rate = run(store, n, concurrency).await;
-            println!("{name:<22} concurrency {concurrency:>2}: {rate:>9.0} acquire+complete/s");
+            println!("{name:<22} concurrency {concurrency:>2}: {rate:>9.0} insert+complete/s");
         }
     }
 }

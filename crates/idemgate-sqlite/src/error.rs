@@ -11,9 +11,9 @@ pub type Result<T, E = SqliteStoreError> = std::result::Result<T, E>;
 /// Errors of the SQLite store.
 ///
 /// Converts into [`StoreError`] with the original error kept as its source: a busy or locked
-/// database, an I/O failure, a full queue or a stopped store thread become
-/// [`StoreError::Unavailable`]; a row that cannot be decoded becomes [`StoreError::Corrupt`];
-/// anything else [`StoreError::Backend`].
+/// database, an I/O failure, a full queue, a stopped store thread or a deleted database file
+/// become [`StoreError::Unavailable`]; a row that fails validation becomes
+/// [`StoreError::Corrupt`]; anything else [`StoreError::Backend`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqliteStoreError {
@@ -28,7 +28,9 @@ pub enum SqliteStoreError {
     /// whole transaction back, so nothing this command wrote was kept.
     #[error("sqlite transaction rolled back after an error in another command")]
     Aborted,
-    /// The command queue is full: the store is overloaded.
+    /// The command queue is full: the store is overloaded. Only new work (an insert that
+    /// reached the writer, a take-over) is refused this way; outcome writes and renewals wait
+    /// for room instead.
     #[error("sqlite store queue is full ({capacity} commands waiting)")]
     QueueFull {
         /// The queue's capacity, in commands.
@@ -37,6 +39,17 @@ pub enum SqliteStoreError {
     /// The store thread has stopped (the store was closed, or the thread panicked).
     #[error("sqlite store thread has stopped")]
     Closed,
+    /// The database file was deleted or replaced while the store had it open: writing on
+    /// would keep records nobody can read after a restart, so every operation is refused.
+    #[error("the database file {} was deleted or replaced while open", path.display())]
+    FileGone {
+        /// The database file, as opened.
+        path: std::path::PathBuf,
+    },
+    /// A read on the blocking thread pool did not finish (it panicked, or the runtime is
+    /// shutting down).
+    #[error("sqlite read task failed")]
+    Reader(#[source] tokio::task::JoinError),
     /// The store thread could not be started.
     #[error("cannot start the sqlite store thread")]
     Spawn(#[source] std::io::Error),
@@ -57,22 +70,29 @@ pub enum SqliteStoreError {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// A stored row cannot be decoded. It is left untouched.
+    /// A stored row fails [`idemgate_core::RawRecord::validate`]. It is left untouched and
+    /// never replayed.
     #[error("corrupt record: {detail}")]
     Corrupt {
-        /// What is wrong, and in which column.
+        /// What is wrong, as the validation reports it.
         detail: String,
     },
 }
 
 impl SqliteStoreError {
     /// True when the error means "try again later": a busy or locked database, an I/O or
-    /// open failure, a full disk, a full queue or a stopped store thread.
+    /// open failure, a full disk, a full queue, a stopped store thread, a failed read task or
+    /// a deleted database file.
     pub fn is_unavailable(&self) -> bool {
         match self {
             Self::Sqlite(e) => unavailable_code(e),
             Self::Transaction(e) => unavailable_code(e),
-            Self::Aborted | Self::QueueFull { .. } | Self::Closed | Self::Spawn(_) => true,
+            Self::Aborted
+            | Self::QueueFull { .. }
+            | Self::Closed
+            | Self::FileGone { .. }
+            | Self::Reader(_)
+            | Self::Spawn(_) => true,
             Self::SchemaVersion { .. } | Self::InvalidUrl { .. } | Self::Corrupt { .. } => false,
         }
     }
@@ -105,9 +125,13 @@ impl From<SqliteStoreError> for StoreError {
     }
 }
 
-/// A [`SqliteStoreError::Corrupt`] for `column`.
-pub(crate) fn corrupt(column: &str, what: impl std::fmt::Display) -> SqliteStoreError {
-    SqliteStoreError::Corrupt {
-        detail: format!("idempotency_records.{column}: {what}"),
+/// The validation's verdict on a row as a [`SqliteStoreError`]
+/// ([`idemgate_core::RawRecord::validate`] only fails with [`StoreError::Corrupt`]).
+pub(crate) fn invalid(e: StoreError) -> SqliteStoreError {
+    match e {
+        StoreError::Corrupt { detail } => SqliteStoreError::Corrupt { detail },
+        other => SqliteStoreError::Corrupt {
+            detail: other.to_string(),
+        },
     }
 }

@@ -2,18 +2,25 @@
 //!
 //! Records live in one table, `idempotency_records`, keyed by (principal, route, key), with
 //! an index on `expires_at` for purging. The schema is migrated on open (`PRAGMA
-//! user_version`, in one transaction). One OS thread owns the connection and runs the store
-//! operations: `acquire` reads the row and applies [`idemgate_core::engine::apply_acquire`]
-//! inside `BEGIN IMMEDIATE`; `renew`, `complete`, `fail` and `release` are single statements
-//! that compare-and-set on (state, fence, lease token, `expires_at`). Commands queued
-//! together share one transaction (one commit), and a second thread checkpoints the WAL
-//! into the database file, so the store thread never pays for it.
+//! user_version`, in one transaction; each change is a new file under `migrations/`).
+//!
+//! One OS thread owns the read-write connection and runs the writes, each one statement,
+//! prepared and cached, that compare-and-sets on what the caller holds or saw: the insert
+//! of `insert_or_get` (`INSERT ... ON CONFLICT DO UPDATE ... WHERE` the old row expired),
+//! `take_over` (on the snapshot's fence, state and lease), and `renew`, `complete`, `fail`,
+//! `release` (on state, fence, lease token and `expires_at`). Commands queued together share
+//! one transaction (one commit), and a second thread checkpoints the WAL into the database
+//! file, so the store thread never pays for it. On a file, reads run on a few read-only
+//! connections: `insert_or_get` looks there first, so a replay or a `409` takes no write
+//! lock and never queues behind writes. Every row read is decoded into an
+//! [`idemgate_core::RawRecord`] and validated, with the response checksum stored next to
+//! each completed response.
 //!
 //! ```
 //! use std::time::Duration;
 //!
 //! use idemgate_core::testing::{fp, request, response, unique_key};
-//! use idemgate_core::{AcquireOutcome, IdempotencyStore, RecordState};
+//! use idemgate_core::{IdempotencyStore, InsertOutcome, RecordState};
 //! use idemgate_sqlite::SqliteStore;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -21,8 +28,8 @@
 //! let store = SqliteStore::open_in_memory()?; // or SqliteStore::open("idemgate.db", options)
 //! let key = unique_key("alice");
 //! let req = request(&key, fp(1), Duration::from_secs(10), Duration::from_secs(86_400));
-//! let AcquireOutcome::Acquired { lease, .. } = store.acquire(&req).await? else {
-//!     unreachable!("a fresh key is acquired")
+//! let InsertOutcome::Inserted(lease) = store.insert_or_get(&req).await? else {
+//!     unreachable!("a fresh key is inserted")
 //! };
 //! store.complete(&lease, &response(2)).await?;
 //! let record = store.get(&key).await?.expect("stored");
@@ -35,16 +42,19 @@
 //! - [`SqliteStore`] and [`SqliteStats`]: the store, its metrics snapshot.
 //! - [`SqliteOptions`], [`Synchronous`], [`SqliteLocation`]: settings and `sqlite://` URLs.
 //! - [`SqliteStoreError`]: errors, converted into [`idemgate_core::StoreError`].
+//! - Inside: `worker` (the store thread and its group commit), `ops` (the write SQL),
+//!   `readers` and `row` (the read path and row decoding), `schema` (migrations),
+//!   `checkpoint` (the WAL checkpointer), `file` (is the database file still there).
 //!
 //! # State machine
 //! ```text
-//!             acquire (first)                 complete(fence, response)
+//!          insert_or_get (first)              complete(fence, response)
 //!   (none) ───────────────────▶ in_progress ────────────────────────────▶ completed ──▶ (purged at expires_at)
 //!                                  │  │  fail(fence)
 //!                                  │  └──────────────────────────────────▶ failed ─────▶ (purged at expires_at)
 //!                                  │ release(fence): nothing happened, retry allowed
 //!                                  └──────────────────────────────────────▶ (none)
-//!           lease expired + same fingerprint: takeover → in_progress with fence+1
+//!           lease expired (or failed), when the engine says so: take_over → in_progress, fence+1
 //! ```
 //!
 //! # Durability
@@ -54,8 +64,11 @@
 
 mod checkpoint;
 mod error;
+mod file;
 mod ops;
 mod options;
+mod readers;
+mod row;
 mod schema;
 mod store;
 mod worker;

@@ -1,40 +1,46 @@
-//! The SQL of each store operation, run on the store thread's connection. Every operation
-//! writes with at most one statement, so a failed statement never leaves half an operation
-//! behind (SQLite undoes the statement, or the whole transaction, which the worker detects).
+//! The SQL of each store operation. Every operation writes with one statement, prepared and
+//! cached, that compare-and-sets on what the caller holds or saw; a failed statement never
+//! leaves half an operation behind (SQLite undoes the statement, or the whole transaction,
+//! which the worker detects). Reads are in [`crate::row`].
+
+use std::time::Duration;
 
 use bytes::Bytes;
-use idemgate_core::engine::apply_acquire;
-use idemgate_core::fingerprint::Fingerprint;
-use idemgate_core::now_millis;
 use idemgate_core::{
-    AcquireOutcome, AcquireRequest, IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey,
-    StoredResponse, UnixMillis,
+    now_millis, response_checksum, IdempotencyRecord, InsertOutcome, InsertRequest, Lease,
+    LeaseToken, StoredResponse, UnixMillis,
 };
-use rusqlite::types::{FromSql, ValueRef};
-use rusqlite::{params, Connection, Row};
+use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::error::{corrupt, Result, SqliteStoreError};
+use crate::error::{Result, SqliteStoreError};
+use crate::row::read_live;
 use crate::SqliteStats;
 
-const SELECT: &str = "SELECT fingerprint, fingerprint_version, state, fence, lease_token,
-    lease_expires_at, status, response_headers, response_body, replayable, created_at,
-    completed_at, expires_at
-    FROM idempotency_records WHERE principal = ?1 AND route = ?2 AND key = ?3";
-
-const UPSERT: &str = "INSERT INTO idempotency_records (principal, route, key, fingerprint,
-    fingerprint_version, state, fence, lease_token, lease_expires_at, status, response_headers,
-    response_body, replayable, created_at, completed_at, expires_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+/// Inserts a record `in_progress`, or replaces one past its `expires_at` (fence + 1, every
+/// outcome column cleared); a live row is left alone and nothing is returned.
+const INSERT: &str = "INSERT INTO idempotency_records (principal, route, key, fingerprint,
+    fingerprint_version, state, fence, lease_token, lease_expires_at, created_at, expires_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, 'in_progress', 1, ?6, ?7, ?8, ?9)
     ON CONFLICT (principal, route, key) DO UPDATE SET
     fingerprint = excluded.fingerprint, fingerprint_version = excluded.fingerprint_version,
-    state = excluded.state, fence = excluded.fence, lease_token = excluded.lease_token,
-    lease_expires_at = excluded.lease_expires_at, status = excluded.status,
-    response_headers = excluded.response_headers, response_body = excluded.response_body,
-    replayable = excluded.replayable, created_at = excluded.created_at,
-    completed_at = excluded.completed_at, expires_at = excluded.expires_at";
+    state = 'in_progress', fence = fence + 1, lease_token = excluded.lease_token,
+    lease_expires_at = excluded.lease_expires_at, status = NULL, response_headers = NULL,
+    response_body = NULL, replayable = NULL, response_checksum = NULL,
+    created_at = excluded.created_at, completed_at = NULL, expires_at = excluded.expires_at
+    WHERE expires_at <= excluded.created_at
+    RETURNING fence";
+
+/// Compare-and-set on a snapshot: ?4 fence, ?5 state, ?6 lease token and ?7 lease expiry as
+/// read (`IS`: NULL equals NULL), live at ?10; the new lease is ?8 until ?9.
+const TAKE_OVER: &str = "UPDATE idempotency_records SET state = 'in_progress',
+    fence = fence + 1, lease_token = ?8, lease_expires_at = ?9, status = NULL,
+    response_headers = NULL, response_body = NULL, replayable = NULL,
+    response_checksum = NULL, completed_at = NULL, expires_at = MAX(expires_at, ?9)
+    WHERE principal = ?1 AND route = ?2 AND key = ?3 AND fence = ?4 AND state = ?5
+    AND lease_token IS ?6 AND lease_expires_at IS ?7 AND expires_at > ?10";
 
 /// The compare-and-set every lease holder's write carries: live, `in_progress`, same fence
-/// and token. Parameters ?1 to ?6.
+/// and token (whether or not the lease itself lapsed). Parameters ?1 to ?6.
 macro_rules! held {
     () => {
         " WHERE principal = ?1 AND route = ?2 AND key = ?3 AND state = 'in_progress'
@@ -49,7 +55,7 @@ const RENEW: &str = concat!(
 const COMPLETE: &str = concat!(
     "UPDATE idempotency_records SET state = 'completed', completed_at = ?6,
      lease_token = NULL, lease_expires_at = NULL, status = ?7, response_headers = ?8,
-     response_body = ?9, replayable = ?10",
+     response_body = ?9, replayable = ?10, response_checksum = ?11",
     held!()
 );
 const FAIL: &str = concat!(
@@ -68,35 +74,111 @@ const STATS: &str = "SELECT count(*), total(length(response_body)), min(created_
           AND (lease_expires_at IS NULL OR lease_expires_at <= ?1))
     FROM idempotency_records";
 
-/// A completion, prepared by the caller (headers already encoded).
+/// A completion, prepared by the caller (headers encoded, checksum computed).
 #[derive(Debug)]
 pub(crate) struct Completion {
-    pub(crate) status: u16,
-    pub(crate) headers: Vec<u8>,
-    pub(crate) body: Bytes,
-    pub(crate) replayable: bool,
+    status: u16,
+    headers: Vec<u8>,
+    /// Stored as a blob even when empty: a NULL body on a replayable record is corrupt.
+    body: Bytes,
+    replayable: bool,
+    checksum: [u8; 32],
 }
 
-/// Reads the row, lets the engine decide, writes its verdict. The caller wraps this in a
-/// `BEGIN IMMEDIATE` transaction, so the read and the write are one atomic step.
-pub(crate) fn acquire(conn: &Connection, req: &AcquireRequest) -> Result<AcquireOutcome> {
-    let now = now_millis();
-    let current = read(conn, &req.key, now)?;
-    let (row, outcome) = apply_acquire(current, req, now);
-    if let Some(row) = row {
-        write(conn, &row)?;
+impl Completion {
+    /// What [`complete`] writes for `response` on `lease`'s record.
+    pub(crate) fn new(lease: &Lease, response: &StoredResponse) -> Self {
+        Self {
+            status: response.status,
+            headers: response.encode_headers(),
+            body: response.body.clone(),
+            replayable: response.replayable,
+            checksum: response_checksum(&lease.key, response),
+        }
     }
-    Ok(outcome)
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The writer's authoritative insert-or-get: one statement inserts (or replaces an expired
+/// row); only if a live row was there, a second one reads it. The worker runs this in a
+/// `BEGIN IMMEDIATE` transaction, so that read sees the row the insert met.
+pub(crate) fn insert_or_get(conn: &Connection, req: &InsertRequest) -> Result<InsertOutcome> {
+    let now = now_millis();
+    let lease_end = now.saturating_add(millis(req.lease_ttl));
+    let expires_at = now.saturating_add(millis(req.record_ttl)).max(lease_end);
+    let k = &req.key;
+    let fence: Option<i64> = conn
+        .prepare_cached(INSERT)?
+        .query_row(
+            params![
+                k.principal,
+                k.route,
+                k.key.as_str(),
+                &req.fingerprint.digest[..],
+                req.fingerprint.version,
+                req.token.0,
+                lease_end,
+                now,
+                expires_at
+            ],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(fence) = fence {
+        let lease = Lease {
+            key: k.clone(),
+            fence,
+            token: req.token,
+            expires_at: lease_end,
+        };
+        return Ok(InsertOutcome::Inserted(lease));
+    }
+    match read_live(conn, k, now)? {
+        Some(record) => Ok(InsertOutcome::Existing { record, now }),
+        // The insert met a live row inside this transaction; it cannot be gone.
+        None => Err(SqliteStoreError::Sqlite(
+            rusqlite::Error::QueryReturnedNoRows,
+        )),
+    }
+}
+
+/// Takes over `seen` if the row still matches it; `None` if it changed or is gone.
+pub(crate) fn take_over(
+    conn: &Connection,
+    seen: &IdempotencyRecord,
+    token: LeaseToken,
+    lease_ttl: Duration,
+) -> Result<Option<Lease>> {
+    let now = now_millis();
+    let lease_end = now.saturating_add(millis(lease_ttl));
+    let k = &seen.key;
+    let n = conn.prepare_cached(TAKE_OVER)?.execute(params![
+        k.principal,
+        k.route,
+        k.key.as_str(),
+        seen.fence,
+        seen.state.as_str(),
+        seen.lease_token.map(|t| t.0),
+        seen.lease_expires_at,
+        token.0,
+        lease_end,
+        now
+    ])?;
+    Ok((n == 1).then(|| Lease {
+        key: k.clone(),
+        fence: seen.fence + 1,
+        token,
+        expires_at: lease_end,
+    }))
 }
 
 /// Extends a held lease; `None` if the lease is stale.
-pub(crate) fn renew(
-    conn: &Connection,
-    lease: &Lease,
-    ttl: std::time::Duration,
-) -> Result<Option<UnixMillis>> {
+pub(crate) fn renew(conn: &Connection, lease: &Lease, ttl: Duration) -> Result<Option<UnixMillis>> {
     let now = now_millis();
-    let until = now.saturating_add(ttl.as_millis() as i64);
+    let until = now.saturating_add(millis(ttl));
     let k = &lease.key;
     let n = conn.prepare_cached(RENEW)?.execute(params![
         k.principal,
@@ -110,7 +192,8 @@ pub(crate) fn renew(
     Ok((n == 1).then_some(until))
 }
 
-/// `in_progress` → `completed`; false if the lease is stale.
+/// `in_progress` → `completed` with the response and its checksum; false if the lease is
+/// stale.
 pub(crate) fn complete(conn: &Connection, lease: &Lease, c: &Completion) -> Result<bool> {
     let k = &lease.key;
     let n = conn.prepare_cached(COMPLETE)?.execute(params![
@@ -123,7 +206,8 @@ pub(crate) fn complete(conn: &Connection, lease: &Lease, c: &Completion) -> Resu
         c.status,
         c.headers,
         &c.body[..],
-        c.replayable
+        c.replayable,
+        &c.checksum[..]
     ])?;
     Ok(n == 1)
 }
@@ -150,12 +234,6 @@ pub(crate) fn fail(conn: &Connection, lease: &Lease) -> Result<bool> {
 /// Deletes the held record; false if the lease is stale.
 pub(crate) fn release(conn: &Connection, lease: &Lease) -> Result<bool> {
     held_write(conn, RELEASE, lease)
-}
-
-/// The live record for `key` (an expired one reads as `None`).
-pub(crate) fn get(conn: &Connection, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
-    let now = now_millis();
-    Ok(read(conn, key, now)?.filter(|r| now < r.expires_at))
 }
 
 /// Deletes at most `batch` expired records, returning how many.
@@ -185,119 +263,4 @@ pub(crate) fn stats(conn: &Connection) -> Result<SqliteStats> {
         })
     })?;
     Ok(stats)
-}
-
-// === rows ===
-
-/// Reads the row for `key`, expired or not. A row that cannot be decoded is an error, unless
-/// it has expired by `now`: an expired record counts as absent, so it reads as `None` (and
-/// an acquire replaces it, as it would any expired record).
-fn read(conn: &Connection, key: &ScopedKey, now: UnixMillis) -> Result<Option<IdempotencyRecord>> {
-    let mut stmt = conn.prepare_cached(SELECT)?;
-    let mut rows = stmt.query(params![key.principal, key.route, key.key.as_str()])?;
-    let Some(row) = rows.next()? else {
-        return Ok(None);
-    };
-    match decode(row, key) {
-        Err(SqliteStoreError::Corrupt { .. })
-            if col::<i64>(row, 12, "expires_at").is_ok_and(|at| at <= now) =>
-        {
-            Ok(None)
-        }
-        decoded => decoded.map(Some),
-    }
-}
-
-/// Writes `r` whole (insert, or replace the row with the same key in place).
-fn write(conn: &Connection, r: &IdempotencyRecord) -> Result<()> {
-    let resp = r.response.as_ref();
-    conn.prepare_cached(UPSERT)?.execute(params![
-        r.key.principal,
-        r.key.route,
-        r.key.key.as_str(),
-        &r.fingerprint.digest[..],
-        r.fingerprint.version,
-        r.state.as_str(),
-        r.fence,
-        r.lease_token.map(|t| t.0),
-        r.lease_expires_at,
-        resp.map(|p| p.status),
-        resp.map(StoredResponse::encode_headers),
-        resp.map(|p| &p.body[..]),
-        resp.map(|p| p.replayable),
-        r.created_at,
-        r.completed_at,
-        r.expires_at
-    ])?;
-    Ok(())
-}
-
-/// Reads column `idx` (named `name`), mapping a type mismatch to [`SqliteStoreError::Corrupt`].
-fn col<T: FromSql>(row: &Row<'_>, idx: usize, name: &str) -> Result<T> {
-    row.get(idx).map_err(|e| match e {
-        rusqlite::Error::InvalidColumnType(..)
-        | rusqlite::Error::FromSqlConversionFailure(..)
-        | rusqlite::Error::IntegralValueOutOfRange(..) => corrupt(name, e),
-        e => SqliteStoreError::Sqlite(e),
-    })
-}
-
-/// Reads a BLOB column without copying it; `None` for NULL.
-fn blob<'r>(row: &'r Row<'_>, idx: usize, name: &str) -> Result<Option<&'r [u8]>> {
-    match row.get_ref(idx)? {
-        ValueRef::Null => Ok(None),
-        ValueRef::Blob(b) => Ok(Some(b)),
-        other => Err(corrupt(
-            name,
-            format_args!("expected a blob, found {:?}", other.data_type()),
-        )),
-    }
-}
-
-/// Decodes a [`SELECT`] row. Any column that does not decode is reported as corrupt.
-fn decode(row: &Row<'_>, key: &ScopedKey) -> Result<IdempotencyRecord> {
-    let digest = blob(row, 0, "fingerprint")?
-        .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        .ok_or_else(|| corrupt("fingerprint", "not 32 bytes"))?;
-    let state: String = col(row, 2, "state")?;
-    let state = RecordState::parse(&state)
-        .ok_or_else(|| corrupt("state", format_args!("unknown state {state:?}")))?;
-    let response = match state {
-        RecordState::Completed => Some(decode_response(row)?),
-        RecordState::InProgress | RecordState::Failed => None,
-    };
-    Ok(IdempotencyRecord {
-        key: key.clone(),
-        fingerprint: Fingerprint {
-            version: col(row, 1, "fingerprint_version")?,
-            digest,
-        },
-        state,
-        fence: col(row, 3, "fence")?,
-        lease_token: col::<Option<i64>>(row, 4, "lease_token")?.map(LeaseToken),
-        lease_expires_at: col(row, 5, "lease_expires_at")?,
-        created_at: col(row, 10, "created_at")?,
-        completed_at: col(row, 11, "completed_at")?,
-        expires_at: col(row, 12, "expires_at")?,
-        response,
-    })
-}
-
-/// The response columns of a `completed` row; all of them must be present, so a damaged
-/// row is never replayed as an empty or partial response.
-fn decode_response(row: &Row<'_>) -> Result<StoredResponse> {
-    let missing = |name| corrupt(name, "missing in a completed record");
-    let status: u16 = col::<Option<u16>>(row, 6, "status")?.ok_or_else(|| missing("status"))?;
-    let headers = blob(row, 7, "response_headers")?.ok_or_else(|| missing("response_headers"))?;
-    let headers =
-        StoredResponse::decode_headers(headers).map_err(|e| corrupt("response_headers", e))?;
-    let body = blob(row, 8, "response_body")?.ok_or_else(|| missing("response_body"))?;
-    let replayable: bool =
-        col::<Option<bool>>(row, 9, "replayable")?.ok_or_else(|| missing("replayable"))?;
-    Ok(StoredResponse {
-        status,
-        headers,
-        body: Bytes::copy_from_slice(body),
-        replayable,
-    })
 }

@@ -39,13 +39,20 @@ pub struct SqliteOptions {
     /// the same file) before failing with [`idemgate_core::StoreError::Unavailable`].
     /// Defaults to 2000 ms.
     pub busy_timeout: Duration,
-    /// How many commands may wait for the store thread; when the queue is full, operations
-    /// fail at once with [`idemgate_core::StoreError::Unavailable`] instead of piling up.
-    /// Defaults to 1024. Must be at least 1.
+    /// How many commands may wait for the store thread. When the queue is full, new work
+    /// (an insert that reaches the writer, a take-over) fails at once with
+    /// [`idemgate_core::StoreError::Unavailable`] instead of piling up, while outcome writes
+    /// (complete, fail, release), renewals and the other operations wait for room: the
+    /// outcome of a request that already ran is never dropped. Defaults to 1024. Must be at
+    /// least 1.
     pub queue_capacity: usize,
     /// At most this many queued commands run in one transaction (one commit for all, so one
     /// `fsync` under [`Synchronous::Full`]). 1 runs each command on its own. Defaults to 64.
     pub max_batch: usize,
+    /// At most this many read-only connections serve reads on a file database (replays,
+    /// `409`s, `get`, stats), next to the writer; in WAL mode they never wait for the write
+    /// lock. Unused in memory. Defaults to 4. Must be at least 1.
+    pub readers: usize,
 }
 
 impl Default for SqliteOptions {
@@ -55,6 +62,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_millis(2000),
             queue_capacity: 1024,
             max_batch: 64,
+            readers: 4,
         }
     }
 }
@@ -81,6 +89,12 @@ impl SqliteOptions {
     /// Sets [`SqliteOptions::max_batch`] (at least 1; 0 is taken as 1).
     pub fn with_max_batch(mut self, commands: usize) -> Self {
         self.max_batch = commands.max(1);
+        self
+    }
+
+    /// Sets [`SqliteOptions::readers`] (at least 1; 0 is taken as 1).
+    pub fn with_readers(mut self, connections: usize) -> Self {
+        self.readers = connections.max(1);
         self
     }
 }
@@ -198,7 +212,8 @@ mod tests {
     fn builders_clamp_to_one() {
         let o = SqliteOptions::default()
             .with_queue_capacity(0)
-            .with_max_batch(0);
-        assert_eq!((o.queue_capacity, o.max_batch), (1, 1));
+            .with_max_batch(0)
+            .with_readers(0);
+        assert_eq!((o.queue_capacity, o.max_batch, o.readers), (1, 1, 1));
     }
 }

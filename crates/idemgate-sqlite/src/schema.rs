@@ -1,5 +1,7 @@
 //! Opening a connection: pragmas and migrations (`PRAGMA user_version`).
 
+use std::time::Duration;
+
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::checkpoint::WRITER_AUTOCHECKPOINT_PAGES;
@@ -7,13 +9,20 @@ use crate::error::{Result, SqliteStoreError};
 use crate::options::{SqliteLocation, SqliteOptions};
 
 /// The migrations, in order; migration `i` (0-based) brings `user_version` to `i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_idempotency_records.sql")];
+/// Applied migrations are never edited: a schema change is a new file.
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_idempotency_records.sql"),
+    include_str!("../migrations/0002_response_checksum.sql"),
+];
 
 /// The schema version this build migrates to.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Enough for every statement the store prepares, so none is ever re-prepared.
 const STATEMENT_CACHE: usize = 32;
+
+/// Enough for every statement of the read path.
+const READER_STATEMENT_CACHE: usize = 8;
 
 /// Opens the store's read-write connection: pragmas, then migrations.
 pub(crate) fn open_writer(
@@ -41,13 +50,15 @@ pub(crate) fn open_writer(
     Ok(conn)
 }
 
-/// Opens a read-only connection to a file already migrated (for [`crate::SqliteStore::stats`]).
-pub(crate) fn open_reader(path: &std::path::Path, options: &SqliteOptions) -> Result<Connection> {
+/// Opens a read-only connection to a file already migrated (the read path, see
+/// [`crate::readers`]). It never creates the file: a deleted database fails to open.
+pub(crate) fn open_reader(path: &std::path::Path, busy_timeout: Duration) -> Result<Connection> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
-    conn.busy_timeout(options.busy_timeout)?;
+    conn.set_prepared_statement_cache_capacity(READER_STATEMENT_CACHE);
+    conn.busy_timeout(busy_timeout)?;
     Ok(conn)
 }
 
@@ -103,6 +114,38 @@ mod tests {
             migrate(&mut conn),
             Err(SqliteStoreError::SchemaVersion { .. })
         ));
+    }
+
+    /// A gateway built before the checksum column re-acquires a row by rewriting its state:
+    /// the stale checksum goes with it, so its later completion (without one) stays valid.
+    #[test]
+    fn reacquire_by_an_older_build_clears_the_checksum() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        conn.execute_batch(
+            "INSERT INTO idempotency_records (principal, route, key, fingerprint,
+             fingerprint_version, state, fence, status, response_headers, response_body,
+             replayable, response_checksum, created_at, expires_at)
+             VALUES ('p', 'r', 'k', x'00', 1, 'completed', 1, 201, x'', x'', 1, x'01', 0, 1);
+             UPDATE idempotency_records SET state = 'failed';",
+        )
+        .unwrap();
+        let checksum = |conn: &Connection| -> Option<Vec<u8>> {
+            conn.query_row(
+                "SELECT response_checksum FROM idempotency_records",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            checksum(&conn),
+            Some(vec![1]),
+            "only a return to in_progress clears it"
+        );
+        conn.execute("UPDATE idempotency_records SET state = 'in_progress'", [])
+            .unwrap();
+        assert_eq!(checksum(&conn), None);
     }
 
     #[test]

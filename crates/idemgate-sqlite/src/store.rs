@@ -2,54 +2,82 @@
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use idemgate_core::{
-    AcquireOutcome, AcquireRequest, IdempotencyRecord, IdempotencyStore, Lease, ScopedKey,
-    StoreError, StoredResponse, UnixMillis,
+    now_millis, IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease,
+    LeaseToken, ScopedKey, StoreError, StoredResponse, UnixMillis,
 };
+use rusqlite::Connection;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::checkpoint::Checkpointer;
 use crate::error::{Result, SqliteStoreError};
+use crate::file::DbFile;
 use crate::ops::{self, Completion};
 use crate::options::{SqliteLocation, SqliteOptions};
+use crate::readers::Readers;
+use crate::row::read_live;
 use crate::schema;
-use crate::worker::{Command, Reply, Worker};
+use crate::worker::{Access, Command, Worker};
 
 /// An [`IdempotencyStore`] on SQLite (WAL mode), the gateway's default store.
 ///
-/// One dedicated OS thread owns the connection; operations are queued to it over a bounded
-/// channel (capacity [`SqliteOptions::queue_capacity`]) and answered through a oneshot. The
-/// thread runs whatever is queued, up to [`SqliteOptions::max_batch`] commands, in one
-/// transaction, so concurrent requests share commits. Time is the process wall clock in ms
-/// since the epoch ([`idemgate_core::now_millis`]), the same clock as the memory store.
+/// One dedicated OS thread owns the read-write connection; writes are queued to it over a
+/// bounded channel (capacity [`SqliteOptions::queue_capacity`]) and answered through a
+/// oneshot. The thread runs whatever is queued, up to [`SqliteOptions::max_batch`]
+/// commands, in one transaction, so concurrent requests share commits. On a file, reads
+/// ([`IdempotencyStore::get`], the first look of [`IdempotencyStore::insert_or_get`],
+/// [`SqliteStore::stats`]) run on a small pool of read-only connections instead
+/// ([`SqliteOptions::readers`]), so a replay or a `409` never queues behind writes nor waits
+/// for the write lock; only a key with no live record goes on to the writer, which inserts
+/// it atomically. In memory everything runs on the store thread. Time is the process wall
+/// clock in ms since the epoch ([`idemgate_core::now_millis`]), the same clock as the
+/// memory store.
 ///
 /// Share it between tasks with an `Arc` (`Arc<SqliteStore>` is an [`IdempotencyStore`] too).
 /// The thread stops once the store is dropped and the commands already queued have run;
 /// [`SqliteStore::close`] waits for that.
 ///
+/// # Queue
+/// When the queue is full, new work is refused at once with [`StoreError::Unavailable`]
+/// ([`SqliteStoreError::QueueFull`]): an insert that reaches the writer, and a take-over.
+/// Every other operation (complete, fail, release, renew, purge, ping) waits for room, so the
+/// outcome of a request that already ran is never dropped because the store is busy.
+///
 /// # Errors
-/// Every operation fails with [`StoreError::Unavailable`] when the queue is full, the thread
-/// has stopped, or the database stays locked by another process for longer than
-/// [`SqliteOptions::busy_timeout`]; with [`StoreError::Corrupt`] when a live stored row
-/// cannot be decoded (the row is left untouched; once past its `expires_at` it counts as
-/// absent, like any expired record). The source of the error is a [`SqliteStoreError`].
+/// Operations fail with [`StoreError::Unavailable`] when new work meets a full queue, the
+/// thread has stopped, the database stays locked by another process for longer than
+/// [`SqliteOptions::busy_timeout`], or the database file was deleted or replaced; with
+/// [`StoreError::Corrupt`] when a live stored row fails validation (the row is left
+/// untouched; once past its `expires_at` it counts as absent, like any expired record). The
+/// source of the error is a [`SqliteStoreError`].
 ///
 /// # Cancel safety
 /// Dropping an operation's future does not cancel a command already queued: it still runs.
-/// A dropped `acquire` may thus leave an `in_progress` record nobody holds; it counts as in
-/// flight until its lease expires, then is taken over.
+/// A dropped `insert_or_get` may thus leave an `in_progress` record nobody holds; it counts
+/// as in flight until its lease expires.
 #[derive(Debug)]
 pub struct SqliteStore {
+    // Declared first: the read-only connections close before the writer, whose close (the
+    // last connection) then checkpoints the WAL and removes it.
+    readers: Option<Arc<Readers>>,
     tx: mpsc::Sender<Command>,
     exited: oneshot::Receiver<()>,
-    /// The database file, for [`SqliteStore::stats`]'s own connection; `None` in memory.
+    /// The database file; `None` in memory.
     path: Option<PathBuf>,
-    options: SqliteOptions,
 }
 
+/// Whether an operation may be refused when the queue is full.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Admission {
+    /// New work: refused at once ([`SqliteStoreError::QueueFull`]).
+    Refuse,
+    /// Outcomes of work already done, and the rest: waits for room.
+    Wait,
+}
 /// What a store holds, for metrics. See [`SqliteStore::stats`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[non_exhaustive]
@@ -104,24 +132,34 @@ impl SqliteStore {
     /// As [`SqliteStore::open`].
     pub fn open_location(location: SqliteLocation, options: SqliteOptions) -> Result<Self> {
         let conn = schema::open_writer(&location, &options)?;
-        let path = match location {
+        let file = match location {
             SqliteLocation::Memory => None,
-            // Absolute, so stats() finds the file even if the working directory changes.
-            SqliteLocation::File(p) => Some(std::fs::canonicalize(&p).unwrap_or(p)),
+            // Absolute, so the readers find the file even if the working directory changes.
+            SqliteLocation::File(p) => Some(Arc::new(DbFile::new(
+                std::fs::canonicalize(&p).unwrap_or(p),
+            ))),
         };
+        let readers = file
+            .as_ref()
+            .map(|f| Readers::new(Arc::clone(f), options.busy_timeout, options.readers))
+            .map(Arc::new);
         let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
         let (exited_tx, exited) = oneshot::channel();
-        let checkpointer = path.as_deref().map(Checkpointer::spawn).transpose()?;
-        let worker = Worker::new(conn, checkpointer, options.max_batch);
+        let checkpointer = file
+            .as_ref()
+            .map(|f| Checkpointer::spawn(f.path()))
+            .transpose()?;
+        let path = file.as_ref().map(|f| f.path().to_owned());
+        let worker = Worker::new(conn, file, checkpointer, options.max_batch);
         std::thread::Builder::new()
             .name("idemgate-sqlite".into())
             .spawn(move || worker.run(rx, exited_tx))
             .map_err(SqliteStoreError::Spawn)?;
         Ok(Self {
+            readers,
             tx,
             exited,
             path,
-            options,
         })
     }
 
@@ -134,91 +172,181 @@ impl SqliteStore {
     /// stuck `in_progress` rows.
     ///
     /// It scans the whole table (O(rows)), so call it at metrics-scrape intervals, not per
-    /// request. On a file it runs on a read-only connection of its own, on a blocking thread,
-    /// so it never delays store operations (in WAL mode readers do not block the writer); in
+    /// request. On a file it runs on the read-only connections, on a blocking thread, so it
+    /// never delays store operations (in WAL mode readers do not block the writer); in
     /// memory it runs on the store thread.
     ///
     /// # Errors
     /// As the store operations ([`StoreError::Unavailable`] if the file cannot be read).
     pub async fn stats(&self) -> Result<SqliteStats, StoreError> {
-        let Some(path) = &self.path else {
-            return self.call(Command::Stats).await;
-        };
-        let (path, options) = (path.clone(), self.options.clone());
-        let scan = tokio::task::spawn_blocking(move || {
-            let conn = schema::open_reader(&path, &options)?;
-            ops::stats(&conn)
-        });
-        match scan.await {
-            Ok(stats) => Ok(stats?),
-            Err(e) => match e.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                Err(_) => Err(SqliteStoreError::Closed.into()),
-            },
-        }
+        self.read(ops::stats).await
     }
 
     /// Stops the store thread once the commands already queued have run, closes the
     /// database, and waits for both.
     pub async fn close(self) {
-        let Self { tx, exited, .. } = self;
+        let Self {
+            readers,
+            tx,
+            exited,
+            ..
+        } = self;
+        if let Some(readers) = readers {
+            readers.close().await;
+        }
         drop(tx);
         // An error means the thread is gone already.
         let _ = exited.await;
     }
 
-    /// Queues a command and waits for its answer.
-    async fn call<T>(&self, command: impl FnOnce(Reply<T>) -> Command) -> Result<T, StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx.try_send(command(tx)).map_err(|e| match e {
-            TrySendError::Full(_) => SqliteStoreError::QueueFull {
-                capacity: self.tx.max_capacity(),
-            },
-            TrySendError::Closed(_) => SqliteStoreError::Closed,
-        })?;
-        rx.await.map_err(|_| SqliteStoreError::Closed)?
+    /// Runs `op` on the store thread's connection (tests only: damaging rows behind the
+    /// store's back in an in-memory database). Not part of the supported API.
+    ///
+    /// # Errors
+    /// As the store operations.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub async fn with_writer_connection<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> T + Send + 'static,
+    {
+        self.write(Admission::Wait, Access::Write, move |c| Ok(op(c)))
+            .await
+    }
+
+    /// Queues `op` for the store thread and waits for its answer.
+    async fn write<T, F>(&self, admit: Admission, access: Access, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::new(access, op, reply);
+        match admit {
+            Admission::Refuse => self.tx.try_send(command).map_err(|e| match e {
+                TrySendError::Full(_) => SqliteStoreError::QueueFull {
+                    capacity: self.tx.max_capacity(),
+                },
+                TrySendError::Closed(_) => SqliteStoreError::Closed,
+            })?,
+            Admission::Wait => self
+                .tx
+                .send(command)
+                .await
+                .map_err(|_| SqliteStoreError::Closed)?,
+        }
+        answer.await.map_err(|_| SqliteStoreError::Closed)?
+    }
+
+    /// Runs the read-only `op` on the read path (a file), or on the store thread (memory).
+    async fn read<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        match &self.readers {
+            Some(readers) => Ok(readers.run(op).await?),
+            None => self.write(Admission::Wait, Access::Read, op).await,
+        }
     }
 }
 
+/// A held write's answer: false means the lease is stale.
+fn held(changed: bool) -> Result<(), StoreError> {
+    changed.then_some(()).ok_or(StoreError::LeaseLost)
+}
+
 impl IdempotencyStore for SqliteStore {
-    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome, StoreError> {
-        self.call(|tx| Command::Acquire(req.clone(), tx)).await
+    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
+        // A live record is answered from the read path, without the write lock.
+        if let Some(readers) = &self.readers {
+            let key = req.key.clone();
+            let seen = readers
+                .run(move |c| {
+                    let now = now_millis();
+                    Ok(read_live(c, &key, now)?.map(|record| (record, now)))
+                })
+                .await?;
+            if let Some((record, now)) = seen {
+                return Ok(InsertOutcome::Existing { record, now });
+            }
+        }
+        let req = req.clone();
+        self.write(Admission::Refuse, Access::Compound, move |c| {
+            ops::insert_or_get(c, &req)
+        })
+        .await
+    }
+
+    async fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        token: LeaseToken,
+        lease_ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        let seen = seen.clone();
+        self.write(Admission::Refuse, Access::Write, move |c| {
+            ops::take_over(c, &seen, token, lease_ttl)
+        })
+        .await
     }
 
     async fn renew(&self, lease: &Lease, lease_ttl: Duration) -> Result<UnixMillis, StoreError> {
-        self.call(|tx| Command::Renew(lease.clone(), lease_ttl, tx))
-            .await
+        let lease = lease.clone();
+        let until = self
+            .write(Admission::Wait, Access::Write, move |c| {
+                ops::renew(c, &lease, lease_ttl)
+            })
+            .await?;
+        until.ok_or(StoreError::LeaseLost)
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
-        let completion = Completion {
-            status: response.status,
-            headers: response.encode_headers(),
-            body: response.body.clone(),
-            replayable: response.replayable,
-        };
-        self.call(|tx| Command::Complete(lease.clone(), completion, tx))
-            .await
+        let completion = Completion::new(lease, response);
+        let lease = lease.clone();
+        held(
+            self.write(Admission::Wait, Access::Write, move |c| {
+                ops::complete(c, &lease, &completion)
+            })
+            .await?,
+        )
     }
 
     async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.call(|tx| Command::Fail(lease.clone(), tx)).await
+        let lease = lease.clone();
+        held(
+            self.write(Admission::Wait, Access::Write, move |c| {
+                ops::fail(c, &lease)
+            })
+            .await?,
+        )
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.call(|tx| Command::Release(lease.clone(), tx)).await
+        let lease = lease.clone();
+        held(
+            self.write(Admission::Wait, Access::Write, move |c| {
+                ops::release(c, &lease)
+            })
+            .await?,
+        )
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.call(|tx| Command::Get(key.clone(), tx)).await
+        let key = key.clone();
+        self.read(move |c| read_live(c, &key, now_millis())).await
     }
 
     async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        self.call(|tx| Command::Purge(batch.get(), tx)).await
+        self.write(Admission::Wait, Access::Write, move |c| {
+            ops::purge(c, batch.get())
+        })
+        .await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.call(Command::Ping).await
+        self.write(Admission::Wait, Access::Read, ops::ping).await
     }
 
     fn backend(&self) -> &'static str {

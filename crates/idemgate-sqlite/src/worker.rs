@@ -1,70 +1,103 @@
-//! The store thread: it owns the connection, takes commands from a bounded queue, and runs
-//! whatever is queued (up to `max_batch` commands) in one transaction, replying to each
-//! command only once that transaction committed.
+//! The store thread: it owns the read-write connection, takes commands from a bounded
+//! queue, and runs whatever is queued (up to `max_batch` commands) in one transaction,
+//! replying to each command only once that transaction committed.
 
+use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use idemgate_core::{
-    AcquireOutcome, AcquireRequest, IdempotencyRecord, Lease, ScopedKey, StoreError, UnixMillis,
-};
+use idemgate_core::StoreError;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::checkpoint::{Checkpointer, NUDGE_EVERY};
 use crate::error::{Result, SqliteStoreError};
-use crate::ops::{self, Completion};
-use crate::SqliteStats;
+use crate::file::DbFile;
 
 /// Where a command's answer goes.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
+/// How a command uses the database.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Access {
+    /// One statement that only reads.
+    Read,
+    /// One statement that may write (a grouped transaction takes the write lock up front).
+    Write,
+    /// More than one statement that may write: it needs a transaction even alone.
+    Compound,
+}
+
+/// Runs the operation on the connection (`None`: it never ran) and keeps its result.
+type Job = Box<dyn FnOnce(Option<&Connection>) -> Ran + Send>;
+
 /// One store operation and where to send its answer.
-#[derive(Debug)]
-pub(crate) enum Command {
-    Acquire(AcquireRequest, Reply<AcquireOutcome>),
-    Renew(Lease, Duration, Reply<UnixMillis>),
-    Complete(Lease, Completion, Reply<()>),
-    Fail(Lease, Reply<()>),
-    Release(Lease, Reply<()>),
-    Get(ScopedKey, Reply<Option<IdempotencyRecord>>),
-    Purge(u32, Reply<u64>),
-    Ping(Reply<()>),
-    Stats(Reply<SqliteStats>),
+pub(crate) struct Command {
+    access: Access,
+    job: Job,
+}
+
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Command")
+            .field("access", &self.access)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sends a command's result, or the reason it is void.
+type Deliver = Box<dyn FnOnce(Option<&Void<'_>>) + Send>;
+
+/// A command that ran, holding its result until the transaction's fate is known.
+struct Ran {
+    /// The operation failed (a stale lease is a result, not a failure).
+    failed: bool,
+    deliver: Deliver,
 }
 
 impl Command {
-    /// True if the command may write (its transaction must take the write lock up front).
-    fn writes(&self) -> bool {
-        !matches!(self, Self::Get(..) | Self::Ping(..) | Self::Stats(..))
+    /// A command running `op` and answering on `reply`.
+    pub(crate) fn new<T, F>(access: Access, op: F, reply: Reply<T>) -> Self
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let job: Job = Box::new(move |conn| {
+            let result = conn.map(op);
+            Ran {
+                failed: !matches!(result, Some(Ok(_))),
+                deliver: Box::new(move |void| {
+                    let result = match (void, result) {
+                        (Some(void), _) => Err(void.error()),
+                        (None, Some(result)) => result,
+                        (None, None) => Err(SqliteStoreError::Closed),
+                    };
+                    // The caller may have given up waiting; nothing to do then.
+                    let _ = reply.send(result.map_err(Into::into));
+                }),
+            }
+        });
+        Self { access, job }
     }
 
-    /// True if the command runs more than one statement (it needs a transaction even alone).
-    fn compound(&self) -> bool {
-        matches!(self, Self::Acquire(..))
+    fn run(self, conn: &Connection) -> Ran {
+        (self.job)(Some(conn))
+    }
+
+    /// Fails a command that never ran.
+    fn refuse(self, void: &Void<'_>) {
+        ((self.job)(None).deliver)(Some(void));
     }
 }
 
-/// A command that ran, holding its result until the transaction's fate is known.
-enum Done {
-    Acquire(Reply<AcquireOutcome>, Result<AcquireOutcome>),
-    Renew(Reply<UnixMillis>, Result<Option<UnixMillis>>),
-    Held(Reply<()>, Result<bool>),
-    Record(
-        Reply<Option<IdempotencyRecord>>,
-        Result<Option<IdempotencyRecord>>,
-    ),
-    Count(Reply<u64>, Result<u64>),
-    Unit(Reply<()>, Result<()>),
-    Stats(Reply<SqliteStats>, Result<SqliteStats>),
-}
-
-/// Why a whole transaction's results are void.
+/// Why a whole batch's results are void.
 enum Void<'a> {
     /// BEGIN or COMMIT failed.
     Transaction(&'a Arc<rusqlite::Error>),
     /// Another command's error made SQLite roll the transaction back.
     Aborted,
+    /// The database file was deleted or replaced.
+    FileGone(&'a Path),
 }
 
 impl Void<'_> {
@@ -72,106 +105,36 @@ impl Void<'_> {
         match self {
             Self::Transaction(e) => SqliteStoreError::Transaction(Arc::clone(e)),
             Self::Aborted => SqliteStoreError::Aborted,
+            Self::FileGone(path) => SqliteStoreError::FileGone {
+                path: path.to_path_buf(),
+            },
         }
-    }
-}
-
-impl Done {
-    /// True if the command failed with an error (a stale lease is not an error here).
-    fn is_err(&self) -> bool {
-        match self {
-            Self::Acquire(_, r) => r.is_err(),
-            Self::Renew(_, r) => r.is_err(),
-            Self::Held(_, r) => r.is_err(),
-            Self::Record(_, r) => r.is_err(),
-            Self::Count(_, r) => r.is_err(),
-            Self::Unit(_, r) => r.is_err(),
-            Self::Stats(_, r) => r.is_err(),
-        }
-    }
-
-    /// Sends the result, or the reason it is void.
-    fn send(self, void: Option<&Void<'_>>) {
-        fn deliver<T>(tx: Reply<T>, r: Result<T, StoreError>, void: Option<&Void<'_>>) {
-            let r = match void {
-                Some(v) => Err(v.error().into()),
-                None => r,
-            };
-            // The caller may have given up waiting; nothing to do then.
-            let _ = tx.send(r);
-        }
-        fn held(changed: bool) -> Result<(), StoreError> {
-            changed.then_some(()).ok_or(StoreError::LeaseLost)
-        }
-        match self {
-            Self::Acquire(tx, r) => deliver(tx, r.map_err(Into::into), void),
-            Self::Renew(tx, r) => deliver(
-                tx,
-                r.map_err(Into::into)
-                    .and_then(|u| u.ok_or(StoreError::LeaseLost)),
-                void,
-            ),
-            Self::Held(tx, r) => deliver(tx, r.map_err(Into::into).and_then(held), void),
-            Self::Record(tx, r) => deliver(tx, r.map_err(Into::into), void),
-            Self::Count(tx, r) => deliver(tx, r.map_err(Into::into), void),
-            Self::Unit(tx, r) => deliver(tx, r.map_err(Into::into), void),
-            Self::Stats(tx, r) => deliver(tx, r.map_err(Into::into), void),
-        }
-    }
-}
-
-/// Runs one command on `conn`.
-fn execute(conn: &Connection, cmd: Command) -> Done {
-    match cmd {
-        Command::Acquire(req, tx) => Done::Acquire(tx, ops::acquire(conn, &req)),
-        Command::Renew(lease, ttl, tx) => Done::Renew(tx, ops::renew(conn, &lease, ttl)),
-        Command::Complete(lease, c, tx) => Done::Held(tx, ops::complete(conn, &lease, &c)),
-        Command::Fail(lease, tx) => Done::Held(tx, ops::fail(conn, &lease)),
-        Command::Release(lease, tx) => Done::Held(tx, ops::release(conn, &lease)),
-        Command::Get(key, tx) => Done::Record(tx, ops::get(conn, &key)),
-        Command::Purge(batch, tx) => Done::Count(tx, ops::purge(conn, batch)),
-        Command::Ping(tx) => Done::Unit(tx, ops::ping(conn)),
-        Command::Stats(tx) => Done::Stats(tx, ops::stats(conn)),
-    }
-}
-
-/// Fails a command that never ran.
-fn refuse(cmd: Command, void: &Void<'_>) {
-    fn deliver<T>(tx: Reply<T>, void: &Void<'_>) {
-        let _ = tx.send(Err(void.error().into()));
-    }
-    match cmd {
-        Command::Acquire(_, tx) => deliver(tx, void),
-        Command::Renew(_, _, tx) => deliver(tx, void),
-        Command::Complete(_, _, tx) | Command::Fail(_, tx) | Command::Release(_, tx) => {
-            deliver(tx, void)
-        }
-        Command::Get(_, tx) => deliver(tx, void),
-        Command::Purge(_, tx) => deliver(tx, void),
-        Command::Ping(tx) => deliver(tx, void),
-        Command::Stats(tx) => deliver(tx, void),
     }
 }
 
 /// The store thread's state. Its buffers are reused from one batch to the next.
 pub(crate) struct Worker {
     conn: Connection,
+    /// The database file, checked before every batch; `None` in memory.
+    file: Option<Arc<DbFile>>,
     checkpointer: Option<Checkpointer>,
     /// Batches run since the checkpointer was last nudged.
     since_nudge: u32,
     max_batch: usize,
     batch: Vec<Command>,
-    done: Vec<Done>,
+    done: Vec<Ran>,
 }
 
 impl Worker {
     pub(crate) fn new(
         conn: Connection,
+        file: Option<Arc<DbFile>>,
         checkpointer: Option<Checkpointer>,
         max_batch: usize,
     ) -> Self {
         Self {
             conn,
+            file,
             checkpointer,
             since_nudge: 0,
             max_batch: max_batch.max(1),
@@ -209,54 +172,72 @@ impl Worker {
     }
 
     fn run_batch(&mut self) {
+        if let Some(file) = &self.file {
+            if file.check().is_err() {
+                let void = Void::FileGone(file.path());
+                self.batch.drain(..).for_each(|cmd| cmd.refuse(&void));
+                return;
+            }
+        }
         // A lone single-statement command runs in autocommit mode: same atomicity, no
         // BEGIN/COMMIT round.
-        if self.batch.len() == 1 && !self.batch[0].compound() {
+        if self.batch.len() == 1 && self.batch[0].access != Access::Compound {
             if let Some(cmd) = self.batch.pop() {
-                execute(&self.conn, cmd).send(None);
+                (cmd.run(&self.conn).deliver)(None);
             }
             return;
         }
         // Take the write lock up front when anything may write, so no command meets a
         // lock upgrade failure half-way (SQLITE_BUSY_SNAPSHOT is not retried by busy_timeout).
-        let begin = if self.batch.iter().any(Command::writes) {
+        let begin = if self.batch.iter().any(|c| c.access != Access::Read) {
             "BEGIN IMMEDIATE"
         } else {
             "BEGIN"
         };
         if let Err(e) = self.exec(begin) {
             let e = Arc::new(e);
-            for cmd in self.batch.drain(..) {
-                refuse(cmd, &Void::Transaction(&e));
-            }
+            let void = Void::Transaction(&e);
+            self.batch.drain(..).for_each(|cmd| cmd.refuse(&void));
             return;
         }
+        if self.run_in_transaction() {
+            self.finish();
+        }
+    }
+
+    /// Runs the batch inside the open transaction; false (every result sent) if SQLite
+    /// rolled it back.
+    fn run_in_transaction(&mut self) -> bool {
         let mut aborted = false;
         for cmd in self.batch.drain(..) {
             if aborted {
-                refuse(cmd, &Void::Aborted);
+                cmd.refuse(&Void::Aborted);
                 continue;
             }
-            let done = execute(&self.conn, cmd);
+            let ran = cmd.run(&self.conn);
             // A failed statement is undone by SQLite, and the transaction goes on, unless
             // SQLite had to roll the whole transaction back (I/O error, full disk, ...).
-            if done.is_err() && self.conn.is_autocommit() {
+            if ran.failed && self.conn.is_autocommit() {
                 aborted = true;
-                done.send(None);
+                (ran.deliver)(None);
             } else {
-                self.done.push(done);
+                self.done.push(ran);
             }
         }
         if aborted {
-            for done in self.done.drain(..) {
-                done.send(Some(&Void::Aborted));
+            for ran in self.done.drain(..) {
+                (ran.deliver)(Some(&Void::Aborted));
             }
-            return;
         }
+        !aborted
+    }
+
+    /// Commits, then sends every result (or the commit's error).
+    fn finish(&mut self) {
         match self.exec("COMMIT") {
             Ok(()) => {
-                for done in self.done.drain(..) {
-                    done.send(None);
+                for ran in self.done.drain(..) {
+                    (ran.deliver)(None);
                 }
             }
             Err(e) => {
@@ -265,8 +246,8 @@ impl Worker {
                     let _ = self.exec("ROLLBACK");
                 }
                 let e = Arc::new(e);
-                for done in self.done.drain(..) {
-                    done.send(Some(&Void::Transaction(&e)));
+                for ran in self.done.drain(..) {
+                    (ran.deliver)(Some(&Void::Transaction(&e)));
                 }
             }
         }

@@ -1,36 +1,16 @@
-//! [`SqliteStore`] beyond the conformance suite: persistence, locks held by other
-//! connections, corrupt rows, grouped transactions, stats.
+//! [`SqliteStore`] beyond the conformance suite: persistence, corrupt rows, grouped
+//! transactions, stats. Locks, queues and lost files are in `availability.rs`.
 
 mod common;
 
-use std::error::Error as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TempStore;
+use common::{insert, key_params, TempStore, DAY, LONG};
 use idemgate_core::testing::{fp, request, response, unique_key};
-use idemgate_core::{AcquireOutcome, IdempotencyStore, Lease, RecordState, ScopedKey, StoreError};
+use idemgate_core::{IdempotencyStore, InsertOutcome, RecordState, StoreError};
 use idemgate_sqlite::{SqliteLocation, SqliteOptions, SqliteStore, SqliteStoreError};
 use tokio::time::Instant;
-
-const LONG: Duration = Duration::from_secs(60);
-const DAY: Duration = Duration::from_secs(86_400);
-
-async fn acquire(s: &impl IdempotencyStore, k: &ScopedKey) -> Lease {
-    match s.acquire(&request(k, fp(1), LONG, DAY)).await.unwrap() {
-        AcquireOutcome::Acquired { lease, .. } => lease,
-        AcquireOutcome::Existing { record, .. } => panic!("expected Acquired, got {record:?}"),
-    }
-}
-
-/// The `SqliteStoreError` behind a `StoreError`, if any.
-fn sqlite_source(e: &StoreError) -> Option<&SqliteStoreError> {
-    e.source()?.downcast_ref::<SqliteStoreError>()
-}
-
-fn key_params(k: &ScopedKey) -> (&str, &str, &str) {
-    (&k.principal, &k.route, k.key.as_str())
-}
 
 #[tokio::test]
 async fn completed_record_survives_reopen() {
@@ -38,7 +18,7 @@ async fn completed_record_survives_reopen() {
     let path = dir.path().join("idemgate.db");
     let k = unique_key("alice");
     let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
-    let lease = acquire(&store, &k).await;
+    let lease = insert(&store, &k).await;
     let resp = response(1 << 20);
     assert!(resp
         .headers
@@ -68,46 +48,14 @@ async fn completed_record_survives_reopen() {
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locked_database_is_unavailable_then_recovers() {
-    let s = TempStore::open(SqliteOptions::default().with_busy_timeout(Duration::from_millis(100)));
-    let done = unique_key("alice");
-    let lease = acquire(&s, &done).await;
-    s.complete(&lease, &response(5)).await.unwrap();
-
-    let raw = s.raw();
-    raw.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let k = unique_key("alice");
-    let started = Instant::now();
-    let err = s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
-    let source = sqlite_source(&err).expect("the sqlite error is the source");
-    assert!(source.is_unavailable());
-    assert!(source.source().is_some(), "the rusqlite error is kept");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "busy_timeout bounds the wait"
-    );
-    // writers wait, readers do not (WAL): replays keep working
-    assert!(s.get(&done).await.unwrap().is_some());
-    assert!(
-        s.get(&k).await.unwrap().is_none(),
-        "the failed acquire wrote nothing"
-    );
-
-    raw.execute_batch("COMMIT").unwrap();
-    let lease = acquire(&s, &k).await;
-    s.complete(&lease, &response(1)).await.unwrap();
+    assert_eq!(version, 2, "0001 and 0002 applied once");
 }
 
 #[tokio::test]
 async fn corrupt_row_is_reported_and_left_alone() {
     let s = TempStore::open(SqliteOptions::default());
     let k = unique_key("alice");
-    let lease = acquire(&s, &k).await;
+    let lease = insert(&s, &k).await;
     s.complete(&lease, &response(10)).await.unwrap();
     let garbage: &[u8] = &[0, 0, 0, 16, 0xff];
     let raw = s.raw();
@@ -120,10 +68,13 @@ async fn corrupt_row_is_reported_and_left_alone() {
 
     let err = s.get(&k).await.unwrap_err();
     assert!(
-        matches!(&err, StoreError::Corrupt { detail } if detail.contains("response_headers")),
+        matches!(&err, StoreError::Corrupt { detail } if detail.contains("headers")),
         "{err:?}"
     );
-    let err = s.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap_err();
+    let err = s
+        .insert_or_get(&request(&k, fp(1), LONG, DAY))
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
 
     let (p, r, key) = key_params(&k);
@@ -138,7 +89,7 @@ async fn corrupt_row_is_reported_and_left_alone() {
     assert_eq!(headers, garbage);
     // other records are unaffected
     let other = unique_key("alice");
-    acquire(&s, &other).await;
+    insert(&s, &other).await;
 
     // once expired, the corrupt record counts as absent like any other, and is replaced
     raw.execute(
@@ -148,7 +99,7 @@ async fn corrupt_row_is_reported_and_left_alone() {
     )
     .unwrap();
     assert!(s.get(&k).await.unwrap().is_none());
-    let lease = acquire(&s, &k).await;
+    let lease = insert(&s, &k).await;
     s.complete(&lease, &response(2)).await.unwrap();
     assert_eq!(
         s.get(&k).await.unwrap().unwrap().response,
@@ -160,14 +111,17 @@ async fn corrupt_row_is_reported_and_left_alone() {
 async fn undecodable_columns_are_corrupt() {
     let s = TempStore::open(SqliteOptions::default());
     let raw = s.raw();
-    for (column, value) in [
-        ("fingerprint", "x'0102'"),
-        ("fence", "'not a number'"),
-        ("status", "70000"),
-        ("response_body", "NULL"),
+    // The detail comes from the shared validation, which names the field.
+    for (column, value, field) in [
+        ("fingerprint", "x'0102'", "fingerprint"),
+        ("fence", "'not a number'", "fence"),
+        ("status", "70000", "status"),
+        ("response_body", "NULL", "body"),
+        ("replayable", "7", "replayable"),
+        ("expires_at", "'soon'", "expires_at"),
     ] {
         let k = unique_key("alice");
-        let lease = acquire(&s, &k).await;
+        let lease = insert(&s, &k).await;
         s.complete(&lease, &response(3)).await.unwrap();
         let (p, r, key) = key_params(&k);
         raw.execute(
@@ -180,25 +134,33 @@ async fn undecodable_columns_are_corrupt() {
         .unwrap();
         let err = s.get(&k).await.unwrap_err();
         assert!(
-            matches!(&err, StoreError::Corrupt { detail } if detail.contains(column)),
+            matches!(&err, StoreError::Corrupt { detail } if detail.contains(field)),
+            "{column}: {err:?}"
+        );
+        let err = s
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Corrupt { .. }),
             "{column}: {err:?}"
         );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_acquires_on_a_file_have_one_winner() {
+async fn concurrent_inserts_on_a_file_have_one_winner() {
     let s = Arc::new(TempStore::open(SqliteOptions::default()));
     let k = unique_key("alice");
     let tasks: Vec<_> = (0..32)
         .map(|_| {
             let (s, k) = (s.clone(), k.clone());
-            tokio::spawn(async move { s.acquire(&request(&k, fp(1), LONG, DAY)).await })
+            tokio::spawn(async move { s.insert_or_get(&request(&k, fp(1), LONG, DAY)).await })
         })
         .collect();
     let mut winners = 0;
     for t in tasks {
-        if let AcquireOutcome::Acquired { .. } = t.await.unwrap().unwrap() {
+        if let InsertOutcome::Inserted(_) = t.await.unwrap().unwrap() {
             winners += 1;
         }
     }
@@ -219,15 +181,15 @@ async fn two_stores_on_one_file_have_one_winner() {
             tasks.push(tokio::spawn(async move {
                 let req = request(&k, fp(1), LONG, DAY);
                 if i % 2 == 0 {
-                    a.acquire(&req).await
+                    a.insert_or_get(&req).await
                 } else {
-                    b.acquire(&req).await
+                    b.insert_or_get(&req).await
                 }
             }));
         }
         let mut winners = 0;
         for t in tasks {
-            if let AcquireOutcome::Acquired { .. } = t.await.unwrap().unwrap() {
+            if let InsertOutcome::Inserted(_) = t.await.unwrap().unwrap() {
                 winners += 1;
             }
         }
@@ -244,7 +206,7 @@ async fn grouped_operations_all_land() {
             let s = s.clone();
             tokio::spawn(async move {
                 let k = unique_key("alice");
-                let lease = acquire(&*s, &k).await;
+                let lease = insert(&*s, &k).await;
                 if i % 3 == 0 {
                     s.fail(&lease).await.unwrap();
                 } else {
@@ -270,21 +232,14 @@ async fn grouped_operations_all_land() {
 async fn an_error_in_a_group_spares_the_others() {
     let s = Arc::new(TempStore::open(SqliteOptions::default()));
     let bad = unique_key("alice");
-    let lease = acquire(&*s, &bad).await;
-    s.complete(&lease, &response(1)).await.unwrap();
     let raw = s.raw();
-    raw.execute(
-        "UPDATE idempotency_records SET state = 'failed', fingerprint = x'00'",
-        [],
-    )
-    .unwrap();
 
-    // Hold the write lock so the store thread blocks on a first acquire while the rest queue
+    // Hold the write lock so the store thread blocks on a first insert while the rest queue
     // up behind it; they then run as one group.
     raw.execute_batch("BEGIN IMMEDIATE").unwrap();
     let first = tokio::spawn({
         let s = s.clone();
-        async move { acquire(&*s, &unique_key("alice")).await }
+        async move { insert(&*s, &unique_key("alice")).await }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let queued: Vec<_> = (0..8)
@@ -292,17 +247,28 @@ async fn an_error_in_a_group_spares_the_others() {
             let (s, bad) = (s.clone(), bad.clone());
             tokio::spawn(async move {
                 if i == 4 {
-                    assert!(matches!(s.get(&bad).await, Err(StoreError::Corrupt { .. })));
+                    // no live row on the read path: it goes on to the writer's group
+                    let r = s.insert_or_get(&request(&bad, fp(1), LONG, DAY)).await;
+                    assert!(matches!(r, Err(StoreError::Corrupt { .. })), "{r:?}");
                     None
                 } else {
                     let k = unique_key("alice");
-                    let lease = acquire(&*s, &k).await;
+                    let lease = insert(&*s, &k).await;
                     Some((k, lease))
                 }
             })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
+    // Another process writes a damaged live row for `bad` before the group runs.
+    let (p, r, key) = key_params(&bad);
+    raw.execute(
+        "INSERT INTO idempotency_records (principal, route, key, fingerprint,
+         fingerprint_version, state, fence, created_at, expires_at)
+         VALUES (?1, ?2, ?3, x'00', 1, 'failed', 1, 0, 9000000000000)",
+        (p, r, key),
+    )
+    .unwrap();
     raw.execute_batch("COMMIT").unwrap();
     first.await.unwrap();
     for t in queued {
@@ -312,45 +278,14 @@ async fn an_error_in_a_group_spares_the_others() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn full_queue_is_unavailable() {
-    let options = SqliteOptions::default()
-        .with_queue_capacity(1)
-        .with_busy_timeout(Duration::from_secs(5));
-    let s = Arc::new(TempStore::open(options));
-    let raw = s.raw();
-    raw.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let spawn_acquire = || {
-        let s = s.clone();
-        tokio::spawn(async move {
-            s.acquire(&request(&unique_key("a"), fp(1), LONG, DAY))
-                .await
-        })
-    };
-    let running = spawn_acquire(); // taken by the thread, waiting for the lock
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let queued = spawn_acquire(); // fills the queue
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let err = s.ping().await.unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
-    assert!(matches!(
-        sqlite_source(&err),
-        Some(SqliteStoreError::QueueFull { capacity: 1 })
-    ));
-    raw.execute_batch("COMMIT").unwrap();
-    running.await.unwrap().unwrap();
-    queued.await.unwrap().unwrap();
-    s.ping().await.unwrap();
-}
-
 async fn seed_and_check_stats(s: &SqliteStore, raw: impl FnOnce(&str)) {
     assert_eq!(s.stats().await.unwrap().rows, 0);
     let done = unique_key("alice");
-    let lease = acquire(s, &done).await;
+    let lease = insert(s, &done).await;
     s.complete(&lease, &response(1000)).await.unwrap();
     let stuck = unique_key("alice");
-    acquire(s, &stuck).await;
-    acquire(s, &unique_key("alice")).await;
+    insert(s, &stuck).await;
+    insert(s, &unique_key("alice")).await;
     // seed the past instead of sleeping: one stuck lease, one expired record
     raw(&format!(
         "UPDATE idempotency_records SET lease_expires_at = 1, created_at = 5 WHERE key = '{}';
@@ -382,7 +317,7 @@ async fn in_memory_store_from_url() {
     assert_eq!(s.backend(), "sqlite");
     s.ping().await.unwrap();
     let k = unique_key("alice");
-    let lease = acquire(&s, &k).await;
+    let lease = insert(&s, &k).await;
     s.release(&lease).await.unwrap();
     assert!(s.get(&k).await.unwrap().is_none());
     let stats = s.stats().await.unwrap();
@@ -414,7 +349,7 @@ async fn wal_is_checkpointed_in_the_background() {
     let size = || std::fs::metadata(s.db_path()).unwrap().len();
     let initial = size();
     for _ in 0..300 {
-        let lease = acquire(&s, &unique_key("alice")).await;
+        let lease = insert(&s, &unique_key("alice")).await;
         s.complete(&lease, &response(100)).await.unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(5);

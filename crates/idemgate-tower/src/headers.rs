@@ -10,6 +10,11 @@ use crate::body::{full, BoxBody};
 /// `Idempotent-Replayed: true` marks a replay (the Stripe convention).
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
+/// `Idempotent-Takeover: true` tells the upstream that this request took over a record
+/// whose earlier attempt may have run (its lease lapsed), so it can check before acting.
+/// Reserved: stripped from every incoming request, set only by idemgate.
+pub const IDEMPOTENT_TAKEOVER: HeaderName = HeaderName::from_static("idempotent-takeover");
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded, stored or replayed.
 pub const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
@@ -50,6 +55,7 @@ pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String
             !is_hop_by_hop(name, &connection)
                 && *name != header::CONTENT_LENGTH
                 && *name != IDEMPOTENT_REPLAYED
+                && *name != IDEMPOTENT_TAKEOVER
                 && *name != header::SET_COOKIE
                 && *name != header::DATE
                 && !deny.contains(name)
@@ -63,23 +69,34 @@ pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String
         .collect()
 }
 
+/// A stored response that cannot be replayed as HTTP: a status or header that is not valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stored response is not valid HTTP: {0}")]
+pub struct NotReplayable(pub &'static str);
+
 /// A replay of `stored`: its status, headers and body, a fresh `Date`, a recomputed
 /// `Content-Length` and `Idempotent-Replayed: true`.
-pub fn replay(stored: &StoredResponse) -> Response<BoxBody> {
+///
+/// # Errors
+/// [`NotReplayable`] when the stored status or a stored header is not valid HTTP: the
+/// record is damaged and is never replayed in part.
+pub fn replay(stored: &StoredResponse) -> Result<Response<BoxBody>, NotReplayable> {
+    let status = StatusCode::from_u16(stored.status)
+        .ok()
+        .filter(|s| idemgate_core::integrity::is_storable_status(s.as_u16()))
+        .ok_or(NotReplayable("status"))?;
     let mut resp = Response::new(full(stored.body.clone()));
-    *resp.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    *resp.status_mut() = status;
     let headers = resp.headers_mut();
     for (name, value) in &stored.headers {
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_bytes(value),
-        ) {
-            headers.append(n, v);
-        }
+        let n =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| NotReplayable("header name"))?;
+        let v = HeaderValue::from_bytes(value).map_err(|_| NotReplayable("header value"))?;
+        headers.append(n, v);
     }
     headers.insert(header::DATE, date_now());
     headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-    resp
+    Ok(resp)
 }
 
 fn date_now() -> HeaderValue {

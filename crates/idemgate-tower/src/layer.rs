@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use idemgate_core::{IdempotencyStore, Lifecycle};
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
@@ -39,7 +40,7 @@ use crate::service::Idempotency;
 /// ```
 #[derive(Debug)]
 pub struct IdempotencyLayer<St> {
-    store: Arc<St>,
+    lifecycle: Lifecycle<St>,
     policy: Arc<Policy>,
     tasks: TaskTracker,
 }
@@ -47,21 +48,28 @@ pub struct IdempotencyLayer<St> {
 impl<St> Clone for IdempotencyLayer<St> {
     fn clone(&self) -> Self {
         Self {
-            store: self.store.clone(),
+            lifecycle: self.lifecycle.clone(),
             policy: self.policy.clone(),
             tasks: self.tasks.clone(),
         }
     }
 }
 
-impl<St> IdempotencyLayer<St> {
+impl<St: IdempotencyStore> IdempotencyLayer<St> {
     /// A layer that records in `store` under `policy`.
     pub fn new(store: Arc<St>, policy: Policy) -> Self {
         Self {
-            store,
+            lifecycle: Lifecycle::new(store, policy.lifecycle.clone()),
             policy: Arc::new(policy),
             tasks: TaskTracker::new(),
         }
+    }
+}
+
+impl<St> IdempotencyLayer<St> {
+    /// The lifecycle every service of this layer runs requests through.
+    pub fn lifecycle(&self) -> &Lifecycle<St> {
+        &self.lifecycle
     }
 
     /// The detached tasks (forwarded operations and their outcome writes) of every service
@@ -82,9 +90,9 @@ impl<S, St> Layer<S> for IdempotencyLayer<St> {
     type Service = Idempotency<S, St>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Idempotency::with_tasks(
+        Idempotency::with_lifecycle(
             inner,
-            self.store.clone(),
+            self.lifecycle.clone(),
             self.policy.clone(),
             self.tasks.clone(),
         )

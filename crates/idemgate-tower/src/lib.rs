@@ -5,14 +5,18 @@
 //! See [`IdempotencyLayer`] for an example and [`Idempotency`] for what happens to each
 //! request, and `docs/errors.md` for every answer the layer gives itself.
 
+mod admission;
 pub mod body;
+mod execute;
 pub mod headers;
 mod layer;
+mod lease;
 pub mod policy;
 pub mod rejection;
 mod service;
 
 pub use layer::IdempotencyLayer;
+pub use lease::{LeaseHandle, NotSent};
 pub use policy::{parse_method, Policy, PrincipalSource, RoutePolicy, StatusAction, StatusPattern};
 pub use rejection::IdempotencyRejection;
-pub use service::{Idempotency, LeaseHandle, NotSent};
+pub use service::Idempotency;

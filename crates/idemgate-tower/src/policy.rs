@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, StatusCode};
 use idemgate_core::engine::{DecisionPolicy, LeaseExpiredPolicy};
+use idemgate_core::lifecycle::{LifecycleConfig, RoutePlan};
 
 /// Where the principal (the caller a record belongs to) comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -99,7 +100,12 @@ pub struct RoutePolicy {
     /// Forward unrecorded when the store is unreachable instead of answering `503`. Only for
     /// routes where a duplicate is harmless. Defaults to false.
     pub fail_open: bool,
-    /// What an expired lease means. Defaults to takeover.
+    /// What a lapsed lease means (its holder crashed or lost the store after forwarding).
+    /// Defaults to [`LeaseExpiredPolicy::Unknown`]: retries get `outcome-unknown`, never a
+    /// second execution. [`LeaseExpiredPolicy::Takeover`] runs the operation again (marked
+    /// `Idempotent-Takeover: true`): only for operations that are safe to repeat, upstreams
+    /// that dedupe on the forwarded key, or services that complete the key in their own
+    /// business transaction.
     pub lease_expired: LeaseExpiredPolicy,
     /// Allow a retry of a failed record to run again. Defaults to false.
     pub retry_failed: bool,
@@ -134,7 +140,7 @@ impl Default for RoutePolicy {
             principal: PrincipalSource::default(),
             allow_anonymous: false,
             fail_open: false,
-            lease_expired: LeaseExpiredPolicy::Takeover,
+            lease_expired: LeaseExpiredPolicy::Unknown,
             retry_failed: false,
             max_body_bytes: 1 << 20,
             max_stored_response_bytes: 1 << 20,
@@ -159,12 +165,16 @@ impl RoutePolicy {
         }
     }
 
-    /// The decision knobs of this route.
-    pub fn decision_policy(&self) -> DecisionPolicy {
-        DecisionPolicy {
-            lease_expired: self.lease_expired,
-            retry_failed: self.retry_failed,
-            max_lease: self.max_lease,
+    /// What the core lifecycle needs of this route: TTLs and the decision's knobs.
+    pub fn plan(&self) -> RoutePlan {
+        RoutePlan {
+            lease_ttl: self.lease_ttl,
+            record_ttl: self.record_ttl,
+            decision: DecisionPolicy {
+                lease_expired: self.lease_expired,
+                retry_failed: self.retry_failed,
+                max_lease: self.max_lease,
+            },
         }
     }
 }
@@ -198,6 +208,9 @@ pub struct Policy {
     /// Prefix of problem `type` URIs; the error's anchor is appended after `#`.
     /// Defaults to [`DEFAULT_PROBLEM_BASE`].
     pub problem_type_base: String,
+    /// Engine-wide settings: the store deadline (2 s) and the bound on pending outcome
+    /// writes (1,024 writes, 64 MiB).
+    pub lifecycle: LifecycleConfig,
     default_route: Arc<RoutePolicy>,
     routes: Vec<(String, Arc<RoutePolicy>)>,
     matchers: HashMap<Method, matchit::Router<usize>>,
@@ -218,6 +231,7 @@ impl Default for Policy {
             ),
             default_route: Arc::default(),
             problem_type_base: DEFAULT_PROBLEM_BASE.to_owned(),
+            lifecycle: LifecycleConfig::default(),
             routes: Vec::new(),
             matchers: HashMap::new(),
         }

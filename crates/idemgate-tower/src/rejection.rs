@@ -47,7 +47,14 @@ pub enum IdempotencyRejection {
         /// The status the first client got.
         original_status: u16,
     },
-    /// `503`: the store cannot be reached; nothing was forwarded.
+    /// `500`: the first attempt was forwarded and its result was never recorded (its lease
+    /// lapsed): it may have run. Never `502`/`503`/`504`, which retry policies read as
+    /// "nothing happened".
+    OutcomeUnknown,
+    /// `500`: the stored record fails validation or its checksum; it is never replayed.
+    RecordCorrupt,
+    /// `503`: the store cannot be reached, did not answer in time, or too many outcome
+    /// writes are pending; nothing was forwarded.
     StoreUnavailable,
     /// `502`: the upstream's response broke off after its headers; the operation may have
     /// run, so the record is failed.
@@ -67,7 +74,10 @@ impl IdempotencyRejection {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestInFlight { .. } => StatusCode::CONFLICT,
             Self::FingerprintMismatch { status } => *status,
-            Self::PreviousAttemptFailed | Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::PreviousAttemptFailed
+            | Self::OutcomeUnknown
+            | Self::RecordCorrupt
+            | Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ResponseNotKept { .. } => StatusCode::GONE,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamResponseFailed => StatusCode::BAD_GATEWAY,
@@ -86,6 +96,8 @@ impl IdempotencyRejection {
             Self::FingerprintMismatch { .. } => "fingerprint-mismatch",
             Self::PreviousAttemptFailed => "previous-attempt-failed",
             Self::ResponseNotKept { .. } => "response-not-kept",
+            Self::OutcomeUnknown => "outcome-unknown",
+            Self::RecordCorrupt => "record-corrupt",
             Self::StoreUnavailable => "store-unavailable",
             Self::UpstreamResponseFailed => "upstream-response-failed",
             Self::Internal => "internal",
@@ -104,6 +116,8 @@ impl IdempotencyRejection {
             Self::FingerprintMismatch { .. } => "Idempotency key reused with a different request",
             Self::PreviousAttemptFailed => "Previous attempt failed",
             Self::ResponseNotKept { .. } => "Response not kept",
+            Self::OutcomeUnknown => "Outcome unknown",
+            Self::RecordCorrupt => "Stored record corrupt",
             Self::StoreUnavailable => "Idempotency store unavailable",
             Self::UpstreamResponseFailed => "Upstream response failed",
             Self::Internal => "Internal error",
@@ -126,7 +140,9 @@ impl IdempotencyRejection {
             Self::FingerprintMismatch { .. } => "This idempotency key was already used with a different request (method, path, query or body). Use a new key for a new request.".into(),
             Self::PreviousAttemptFailed => "The first request with this idempotency key failed after it may have reached the server. It is not run again; use a new key.".into(),
             Self::ResponseNotKept { original_status } => format!("The operation with this idempotency key ran (status {original_status}), but its response streamed or was too large to keep. Do not retry with a new key: fetch the result instead."),
-            Self::StoreUnavailable => "The idempotency store is unreachable, so the request was not forwarded. Retry with the same key.".into(),
+            Self::OutcomeUnknown => "The first attempt with this idempotency key was forwarded and its result was never recorded, so it may have run. Check the resource before retrying with a new key.".into(),
+            Self::RecordCorrupt => "The stored result for this idempotency key is damaged and is not replayed. The operation ran before; check the resource instead of retrying with a new key.".into(),
+            Self::StoreUnavailable => "The idempotency store is unreachable or too slow, so the request was not forwarded. Retry with the same key after the time in Retry-After.".into(),
             Self::UpstreamResponseFailed => "The upstream's response broke off after it began, so the operation may have run. The key is marked failed; check the operation's result before using a new key.".into(),
             Self::Internal => "An internal error occurred. Retry with the same key.".into(),
         }

@@ -80,8 +80,8 @@ async fn other_errors_fail_the_key() {
 #[tokio::test]
 async fn a_record_of_an_unknown_fingerprint_version_is_not_replayed() {
     use idemgate_core::{
-        AcquireOutcome, AcquireRequest, DecisionPolicy, Fingerprint, IdempotencyKey,
-        IdempotencyStore, LeaseToken, ScopedKey, StoredResponse,
+        Fingerprint, IdempotencyKey, IdempotencyStore, InsertOutcome, InsertRequest, LeaseToken,
+        ScopedKey, StoredResponse,
     };
     use idemgate_tower::{PrincipalSource, RoutePolicy};
 
@@ -91,7 +91,7 @@ async fn a_record_of_an_unknown_fingerprint_version_is_not_replayed() {
         route: "POST /payments".into(),
         key: IdempotencyKey::new("key-00000003").unwrap(),
     };
-    let old = AcquireRequest {
+    let old = InsertRequest {
         key: scope.clone(),
         fingerprint: Fingerprint {
             version: 99,
@@ -100,9 +100,8 @@ async fn a_record_of_an_unknown_fingerprint_version_is_not_replayed() {
         token: LeaseToken::random(),
         lease_ttl: std::time::Duration::from_secs(10),
         record_ttl: std::time::Duration::from_secs(3600),
-        policy: DecisionPolicy::default(),
     };
-    let AcquireOutcome::Acquired { lease, .. } = store.acquire(&old).await.unwrap() else {
+    let InsertOutcome::Inserted(lease) = store.insert_or_get(&old).await.unwrap() else {
         panic!("fresh store");
     };
     let stored = StoredResponse {

@@ -15,7 +15,10 @@
 //! - **The transaction rolls back** (an error, or the process dies before `COMMIT`): neither
 //!   the payment nor the completion is stored. The key stays `in_progress` under its lease;
 //!   retries get `409` until the lease lapses (nobody renews a dead holder's lease), then one
-//!   retry takes over and runs the payment, once, because the first never committed.
+//!   retry takes over and runs the payment, once, because the first never committed. That is
+//!   why this route sets `lease_expired = Takeover`: a lapsed lease here means "nothing
+//!   happened" (the completion commits with the payment or not at all), not "the outcome is
+//!   unknown" as it would for a proxied call.
 //! - **The process dies after `COMMIT`**: the key is `completed` with the stored response;
 //!   retries get it replayed.
 //!
@@ -33,7 +36,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
-use idemgate_core::StoredResponse;
+use idemgate_core::{LeaseExpiredPolicy, StoredResponse};
 use idemgate_postgres::PostgresStore;
 use idemgate_tower::{IdempotencyLayer, LeaseHandle, Policy, RoutePolicy};
 use serde::Deserialize;
@@ -73,6 +76,9 @@ async fn main() -> anyhow::Result<()> {
         RoutePolicy {
             key_required: true,
             lease_ttl: Duration::from_millis(lease_ms),
+            // The key completes in the payment's own transaction: a lapsed lease means the
+            // transaction never committed, so running again is safe.
+            lease_expired: LeaseExpiredPolicy::Takeover,
             ..RoutePolicy::default()
         },
     )?;

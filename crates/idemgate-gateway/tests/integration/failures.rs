@@ -139,16 +139,18 @@ async fn admin_endpoints_answer() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_holder_is_taken_over_after_its_lease() {
+/// Kills the gateway (SIGKILL) while the upstream runs a request, restarts it on the same
+/// SQLite file with `lease_expired`, and returns what a retry after the lease got.
+async fn retry_after_a_crash(lease_expired: &str) -> Crashed {
     let up = upstream().await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("idemgate.toml");
+    let db = dir.path().join("idemgate.db");
     std::fs::write(
         &config,
         format!(
-            "store = \"sqlite://{}\"\n[defaults]\nlease_ttl = \"1s\"\n",
-            dir.path().join("idemgate.db").display()
+            "store = \"sqlite://{}\"\n[defaults]\nlease_ttl = \"1s\"\nlease_expired = \"{lease_expired}\"\n",
+            db.display()
         ),
     )
     .unwrap();
@@ -169,15 +171,68 @@ async fn a_crashed_holder_is_taken_over_after_its_lease() {
     gw.child.wait().unwrap();
     assert!(first.await.unwrap().is_err());
 
-    let _gw = spawn_binary_on(&listen, &up.base, &config).await;
+    let gw = spawn_binary_on(&listen, &up.base, &config).await;
     let resp = post(&base, path, Some(&k), "{}").send().await.unwrap();
     assert_eq!(resp.status(), 409, "the dead holder's lease still counts");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let resp = post(&base, path, Some(&k), "{}").send().await.unwrap();
+    Crashed {
+        up,
+        resp,
+        k,
+        gw,
+        _dir: dir,
+    }
+}
+
+/// What [`retry_after_a_crash`] leaves: the restarted gateway still uses the directory.
+struct Crashed {
+    up: Upstream,
+    resp: reqwest::Response,
+    k: String,
+    gw: Process,
+    _dir: tempfile::TempDir,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_holder_means_outcome_unknown_by_default() {
+    let Crashed {
+        up,
+        resp,
+        k,
+        gw,
+        _dir,
+    } = retry_after_a_crash("unknown").await;
+    assert_problem(resp, 500, "outcome-unknown").await;
+    let again = post(&gw.base, "/payments?delay_ms=2000", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(again, 500, "outcome-unknown").await;
+    assert_eq!(up.count(), 1, "the operation ran once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_holder_is_taken_over_when_the_route_says_so() {
+    let Crashed {
+        up,
+        resp,
+        k,
+        gw,
+        _dir,
+    } = retry_after_a_crash("takeover").await;
     assert_eq!(resp.status(), 201, "taken over after the lease expired");
     assert!(resp.headers().get("idempotent-replayed").is_none());
     assert_eq!(up.count(), 2);
-    let replay = post(&base, path, Some(&k), "{}").send().await.unwrap();
+    assert_eq!(
+        up.last_headers()["idempotent-takeover"],
+        "true",
+        "the upstream is told"
+    );
+    let replay = post(&gw.base, "/payments?delay_ms=2000", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
 }
 

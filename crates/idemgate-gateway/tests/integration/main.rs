@@ -8,6 +8,7 @@ mod contract;
 mod demo;
 mod docs;
 mod failures;
+mod faults;
 mod postgres;
 mod readme;
 mod redis;

@@ -1,11 +1,6 @@
 //! The gateway on the PostgreSQL store (this machine's server, `IDEMGATE_TEST_DATABASE_URL`).
 //! Each test uses its own table, so runs never collide.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use tokio::net::{TcpListener, TcpStream};
-
 use crate::support::*;
 
 /// The server's URL, or `None` (printing why) when the variable is unset.
@@ -94,62 +89,6 @@ async fn two_gateway_processes_share_one_database() {
     drop_table(&url, &t).await;
 }
 
-/// A TCP relay to PostgreSQL that can cut every connection and refuse new ones, as a stopped
-/// server would, then let traffic through again.
-struct Relay {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    generation: Arc<tokio::sync::watch::Sender<u64>>,
-}
-
-impl Relay {
-    async fn start(target: &str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let (gen_tx, gen_rx) = tokio::sync::watch::channel(0u64);
-        let target = target.to_owned();
-        let relay_cut = cut.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                if relay_cut.load(Ordering::SeqCst) {
-                    drop(inbound); // refused, as by a stopped server
-                    continue;
-                }
-                let target = target.clone();
-                let mut gen = gen_rx.clone();
-                gen.borrow_and_update(); // only cuts after this connection count
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(&target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = gen.changed() => {} // cut: both sides are dropped
-                    }
-                });
-            }
-        });
-        Relay {
-            port,
-            cut,
-            generation: Arc::new(gen_tx),
-        }
-    }
-
-    fn stop(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        self.generation.send_modify(|g| *g += 1);
-    }
-
-    fn start_again(&self) {
-        self.cut.store(false, Ordering::SeqCst);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_down_is_503_and_recovers_without_a_restart() {
     let Some(url) = database_url() else { return };
@@ -160,12 +99,10 @@ async fn database_down_is_503_and_recovers_without_a_restart() {
         parsed.port().unwrap_or(5432)
     );
     let relay = Relay::start(&target).await;
-    let mut relayed = parsed.clone();
-    relayed.set_host(Some("127.0.0.1")).unwrap();
-    relayed.set_port(Some(relay.port)).unwrap();
+    let relayed = relay.url_for(&url);
     let up = upstream().await;
     let t = table();
-    let gw = gateway(&up.base, relayed.as_str(), |c| {
+    let gw = gateway(&up.base, &relayed, |c| {
         c.store_table = t.clone();
         c.defaults.lease_ttl = Some("1s".into());
     })

@@ -1,10 +1,18 @@
-//! Test helpers: the gated database URL and per-run table names.
+//! Test helpers: the gated database URL, per-run table names, and [`TestStore`], which
+//! drops its table when the test ends (passed or failed).
 #![allow(dead_code)] // each test binary uses a different subset
 
+use std::num::NonZeroU32;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use idemgate_core::{
+    IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
+    ScopedKey, StoreError, StoredResponse, UnixMillis,
+};
 use idemgate_postgres::PostgresStore;
+use sqlx::{Connection, PgConnection};
 
 /// The environment variable holding the test database URL.
 pub(crate) const URL_VAR: &str = "IDEMGATE_TEST_DATABASE_URL";
@@ -48,24 +56,115 @@ pub(crate) async fn store_with_table(table: &str) -> Option<PostgresStore> {
     Some(store)
 }
 
-/// A store on a fresh table of its own.
-pub(crate) async fn fresh_store() -> Option<PostgresStore> {
-    store_with_table(&table_name()).await
+/// A store on a fresh table of its own, dropped with the store.
+pub(crate) async fn fresh_store() -> Option<TestStore> {
+    let store = store_with_table(&table_name()).await?;
+    TestStore::adopt(store)
 }
 
-/// Drops the store's table and its migrations table.
+/// A [`PostgresStore`] on a table of its own that is dropped (with its migrations table)
+/// when this value is, so a failed test cleans up too. Derefs to the store.
+#[derive(Debug)]
+pub(crate) struct TestStore {
+    store: PostgresStore,
+    url: String,
+}
+
+impl TestStore {
+    /// Takes `store` (on a table of the test's own, in the default schema) so its table is
+    /// dropped with it. `None` when the test URL is not set.
+    pub(crate) fn adopt(store: PostgresStore) -> Option<Self> {
+        Some(Self { store, url: url()? })
+    }
+}
+
+impl Deref for TestStore {
+    type Target = PostgresStore;
+    fn deref(&self) -> &PostgresStore {
+        &self.store
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        // Drop cannot await: a short-lived runtime on its own thread, on its own connection.
+        let (url, name) = (self.url.clone(), self.store.table_name());
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let mut conn = PgConnection::connect(&url).await?;
+                sqlx::raw_sql(&drop_sql(&name)).execute(&mut conn).await?;
+                conn.close().await
+            })?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) && !std::thread::panicking() {
+            panic!("could not drop test table: {dropped:?}");
+        }
+    }
+}
+
+/// Drops table `name` and its migrations table, waiting at most 5 s for locks (one
+/// implicit transaction: a multi-statement simple query).
+fn drop_sql(name: &str) -> String {
+    format!(
+        "SET LOCAL lock_timeout = '5s'; DROP TABLE IF EXISTS \"{name}\"; \
+         DROP TABLE IF EXISTS \"{name}_migrations\""
+    )
+}
+
+impl IdempotencyStore for TestStore {
+    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
+        self.store.insert_or_get(req).await
+    }
+    async fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        token: LeaseToken,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        self.store.take_over(seen, token, ttl).await
+    }
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis, StoreError> {
+        self.store.renew(lease, ttl).await
+    }
+    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<(), StoreError> {
+        self.store.complete(lease, r).await
+    }
+    async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.store.fail(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.store.release(lease).await
+    }
+    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.store.get(key).await
+    }
+    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
+        self.store.purge_expired(batch).await
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.store.ping().await
+    }
+    fn backend(&self) -> &'static str {
+        self.store.backend()
+    }
+}
+
+/// Drops the store's table and its migrations table (for stores not made by
+/// [`fresh_store`]).
 pub(crate) async fn drop_table(store: &PostgresStore) {
-    let name = store.table_name();
-    sqlx::raw_sql(&format!(
-        "DROP TABLE IF EXISTS \"{name}\"; DROP TABLE IF EXISTS \"{name}_migrations\""
-    ))
-    .execute(store.pool())
-    .await
-    .expect("drop test table");
+    sqlx::raw_sql(&drop_sql(&store.table_name()))
+        .execute(store.pool())
+        .await
+        .expect("drop test table");
 }
 
 /// Best effort, once per process: drops `idem_test_<secs>_*` tables that earlier runs left
-/// behind more than an hour ago (conformance cases cannot drop their shared table).
+/// behind more than an hour ago (a run killed before its stores were dropped).
 async fn sweep_stale_tables(store: &PostgresStore) {
     static SWEPT: AtomicBool = AtomicBool::new(false);
     if SWEPT.swap(true, Ordering::SeqCst) {

@@ -3,11 +3,11 @@
 use std::error::Error as _;
 use std::time::Duration;
 
-use idemgate_core::testing::{fp, request, response, unique_key};
+use idemgate_core::testing::{fp, inserted, request, response, unique_key};
 use idemgate_core::{IdempotencyStore, StoreError};
 use idemgate_postgres::{PostgresStore, PostgresStoreError};
 
-use crate::{acquired, common, DAY, LONG};
+use crate::{common, DAY, LONG};
 
 #[tokio::test]
 async fn unreachable_server_is_unavailable() {
@@ -27,7 +27,7 @@ async fn unreachable_server_is_unavailable() {
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
     let k = unique_key("alice");
     let err = store
-        .acquire(&request(&k, fp(1), LONG, DAY))
+        .insert_or_get(&request(&k, fp(1), LONG, DAY))
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
@@ -48,7 +48,12 @@ async fn statement_timeout_is_timeout_and_serialization_failure_conflict() {
         .with_table_name(&store.table_name())
         .unwrap();
     let k = unique_key("alice");
-    let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
+    let lease = inserted(
+        store
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
+            .await
+            .unwrap(),
+    );
     // Hold the row locked, so the complete below waits past its statement timeout.
     let mut tx = store.pool().begin().await.unwrap();
     sqlx::query(&format!(
@@ -62,6 +67,8 @@ async fn statement_timeout_is_timeout_and_serialization_failure_conflict() {
     assert!(matches!(err, StoreError::Timeout), "{err:?}");
     tx.rollback().await.unwrap();
     slow.complete(&lease, &response(1)).await.unwrap();
+    let rec = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(rec.response, Some(response(1)));
 
     for code in ["40001", "40P01"] {
         let err = sqlx::raw_sql(&format!(
@@ -73,7 +80,6 @@ async fn statement_timeout_is_timeout_and_serialization_failure_conflict() {
         let err = StoreError::from(PostgresStoreError::from(err));
         assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
     }
-    common::drop_table(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +115,7 @@ async fn undecodable_rows_are_corrupt_and_left_untouched() {
         let err = store.get(&k).await.unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
         let err = store
-            .acquire(&request(&k, fp(1), LONG, DAY))
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
@@ -119,7 +125,6 @@ async fn undecodable_rows_are_corrupt_and_left_untouched() {
         .await
         .unwrap();
     assert_eq!(rows, 2);
-    common::drop_table(&store).await;
 }
 
 /// Every future of the store can be spawned (the gateway runs outcome writes on their own
@@ -150,7 +155,23 @@ async fn futures_are_spawnable() {
             }));
         }};
     }
-    spawn!(s, l, r, k => s.acquire(&r).await);
+    spawn!(s, l, r, k => s.insert_or_get(&r).await);
+    spawn!(s, l, r, k => async {
+        let seen = idemgate_core::IdempotencyRecord {
+            key: k.clone(),
+            fingerprint: r.fingerprint,
+            state: idemgate_core::RecordState::Failed,
+            fence: 1,
+            lease_token: None,
+            lease_expires_at: None,
+            created_at: 0,
+            completed_at: Some(0),
+            expires_at: 1,
+            response: None,
+        };
+        s.take_over(&seen, l.token, LONG).await
+    }
+    .await);
     spawn!(s, l, r, k => s.renew(&l, LONG).await);
     spawn!(s, l, r, k => s.complete(&l, &response(1)).await);
     spawn!(s, l, r, k => s.fail(&l).await);

@@ -7,26 +7,13 @@ mod common;
 
 mod errors;
 mod migrate;
+mod no_rules;
 mod purge;
+mod timeout;
 mod transaction;
+mod upgrade;
 
 use std::time::Duration;
 
-use idemgate_core::{AcquireOutcome, IdempotencyRecord, Lease, UnixMillis};
-
 const LONG: Duration = Duration::from_secs(60);
 const DAY: Duration = Duration::from_secs(86_400);
-
-fn acquired(o: AcquireOutcome) -> (Lease, bool) {
-    match o {
-        AcquireOutcome::Acquired { lease, takeover } => (lease, takeover),
-        AcquireOutcome::Existing { record, .. } => panic!("expected Acquired, got {record:?}"),
-    }
-}
-
-fn existing(o: AcquireOutcome) -> (IdempotencyRecord, UnixMillis) {
-    match o {
-        AcquireOutcome::Existing { record, now } => (record, now),
-        AcquireOutcome::Acquired { lease, .. } => panic!("expected Existing, got {lease:?}"),
-    }
-}

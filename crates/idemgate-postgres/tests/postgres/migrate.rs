@@ -1,10 +1,10 @@
 //! The migration runner: idempotent, safe to run concurrently, schema and constraints.
 
-use idemgate_core::testing::{fp, request, unique_key};
+use idemgate_core::testing::{fp, inserted, request, unique_key};
 use idemgate_core::IdempotencyStore;
 use idemgate_postgres::{PostgresStore, PostgresStoreError};
 
-use crate::{acquired, common, DAY};
+use crate::{common, DAY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_twice_and_concurrently() {
@@ -35,7 +35,7 @@ async fn migrate_twice_and_concurrently() {
     .fetch_all(store.pool())
     .await
     .unwrap();
-    assert_eq!(versions, [1]);
+    assert_eq!(versions, [1, 2]);
 
     // The cleanup index covers every state (no partial index).
     let indexdef: String = sqlx::query_scalar(
@@ -64,9 +64,9 @@ async fn migrate_twice_and_concurrently() {
     assert_eq!(code, "23514", "check_violation expected: {bogus}");
 
     let k = unique_key("alice");
-    acquired(
+    inserted(
         store
-            .acquire(&request(&k, fp(1), crate::LONG, DAY))
+            .insert_or_get(&request(&k, fp(1), crate::LONG, DAY))
             .await
             .unwrap(),
     );
@@ -90,9 +90,9 @@ async fn migrate_into_a_schema() {
     store.migrate().await.unwrap();
     store.migrate().await.unwrap();
     let k = unique_key("alice");
-    let (lease, _) = acquired(
+    let lease = inserted(
         store
-            .acquire(&request(&k, fp(1), crate::LONG, DAY))
+            .insert_or_get(&request(&k, fp(1), crate::LONG, DAY))
             .await
             .unwrap(),
     );
@@ -126,7 +126,6 @@ async fn an_edited_migration_is_refused() {
         matches!(err, PostgresStoreError::MigrationChanged { version: 1, .. }),
         "{err:?}"
     );
-    common::drop_table(&store).await;
 }
 
 #[tokio::test]

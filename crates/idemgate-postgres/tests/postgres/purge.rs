@@ -1,4 +1,4 @@
-//! Purging many expired rows in bounded batches while fresh keys keep being acquired.
+//! Purging many expired rows in bounded batches while fresh keys keep being inserted.
 //!
 //! `IDEMGATE_PURGE_ROWS` sets how many expired rows are seeded (default 20,000), e.g.
 //! `IDEMGATE_PURGE_ROWS=1000000 cargo test --release -p idemgate-postgres --test postgres
@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idemgate_core::testing::{fp, request, response};
+use idemgate_core::testing::{fp, inserted, request, response};
 use idemgate_core::{IdempotencyKey, IdempotencyStore, ScopedKey};
 use idemgate_postgres::PostgresStore;
 use tokio::time::Instant;
 
-use crate::{acquired, common, DAY, LONG};
+use crate::{common, DAY, LONG};
 
 const BATCH: u32 = 1000;
 const LIVE: usize = 200;
@@ -27,9 +27,26 @@ fn key(prefix: &str, n: usize) -> ScopedKey {
     }
 }
 
+/// Runs `sql` with `$1 = bind` in a transaction without the store's statement timeout
+/// (seeding and counting a million rows take longer than a store call may).
+async fn unbounded(store: &PostgresStore, sql: &str, bind: Option<i64>) -> Option<i64> {
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::raw_sql("SET LOCAL statement_timeout = 0")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let mut query = sqlx::query_scalar(sql);
+    if let Some(bind) = bind {
+        query = query.bind(bind);
+    }
+    let out = query.fetch_optional(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    out
+}
+
 /// Seeds `rows` expired records (all three states) with one `INSERT ... SELECT`.
 async fn seed_expired(store: &PostgresStore, rows: i64) {
-    sqlx::query(&format!(
+    let sql = format!(
         "INSERT INTO \"{}\" (user_id, route, key, request_hash, fingerprint_version, state, \
          status, response_headers, response, replayable, lease_token, lease_expires_at, fence, \
          created_at, completed_at, expires_at) \
@@ -45,27 +62,30 @@ async fn seed_expired(store: &PostgresStore, rows: i64) {
          FROM generate_series(1, $1::bigint) g, LATERAL (SELECT (ARRAY['completed', \
          'failed', 'in_progress'])[1 + g % 3] AS state) s",
         store.table_name()
-    ))
-    .bind(rows)
-    .execute(store.pool())
-    .await
-    .unwrap();
-    sqlx::raw_sql(&format!("ANALYZE \"{}\"", store.table_name()))
-        .execute(store.pool())
+    );
+    unbounded(store, &sql, Some(rows)).await;
+    let analyze = format!("ANALYZE \"{}\"", store.table_name());
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::raw_sql(&format!("SET LOCAL statement_timeout = 0; {analyze}"))
+        .execute(&mut *tx)
         .await
         .unwrap();
+    tx.commit().await.unwrap();
 }
 
-/// Acquires and completes fresh keys until `stop`; returns each acquire's latency.
-async fn acquire_loop(store: PostgresStore, stop: Arc<AtomicBool>, start: usize) -> Vec<Duration> {
+/// Inserts and completes fresh keys until `stop`; returns each insert's latency.
+async fn insert_loop(store: PostgresStore, stop: Arc<AtomicBool>, start: usize) -> Vec<Duration> {
     let mut latencies = Vec::new();
     let mut n = start;
     while !stop.load(Ordering::Relaxed) {
         let k = key("during", n);
         let began = Instant::now();
-        let out = store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap();
+        let out = store
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
+            .await
+            .unwrap();
         latencies.push(began.elapsed());
-        let (lease, _) = acquired(out);
+        let lease = inserted(out);
         store.complete(&lease, &response(64)).await.unwrap();
         n += 1;
     }
@@ -88,13 +108,11 @@ fn summary(mut latencies: Vec<Duration>, what: &str) -> String {
 }
 
 async fn count(store: &PostgresStore, filter: &str) -> i64 {
-    sqlx::query_scalar(&format!(
+    let sql = format!(
         "SELECT count(*) FROM \"{}\" WHERE {filter}",
         store.table_name()
-    ))
-    .fetch_one(store.pool())
-    .await
-    .unwrap()
+    );
+    unbounded(store, &sql, None).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,9 +128,9 @@ async fn purge_many_expired_rows_while_acquiring() {
     seed_expired(&store, rows).await;
     println!("purge: seeded {rows} expired rows in {:?}", began.elapsed());
     for n in 0..LIVE {
-        let (lease, _) = acquired(
+        let lease = inserted(
             store
-                .acquire(&request(&key("live", n), fp(1), LONG, DAY))
+                .insert_or_get(&request(&key("live", n), fp(1), LONG, DAY))
                 .await
                 .unwrap(),
         );
@@ -121,16 +139,16 @@ async fn purge_many_expired_rows_while_acquiring() {
         }
     }
 
-    // Baseline: acquire latency with no purge running.
+    // Baseline: insert latency with no purge running.
     let stop = Arc::new(AtomicBool::new(false));
-    let baseline = tokio::spawn(acquire_loop(store.clone(), stop.clone(), 0));
+    let baseline = tokio::spawn(insert_loop(store.clone(), stop.clone(), 0));
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);
     let baseline = baseline.await.unwrap();
     let before = baseline.len();
 
     let stop = Arc::new(AtomicBool::new(false));
-    let during = tokio::spawn(acquire_loop(store.clone(), stop.clone(), before));
+    let during = tokio::spawn(insert_loop(store.clone(), stop.clone(), before));
     let began = Instant::now();
     let (mut purged, mut batch_times) = (0, Vec::new());
     loop {
@@ -148,7 +166,7 @@ async fn purge_many_expired_rows_while_acquiring() {
     let elapsed = began.elapsed();
     stop.store(true, Ordering::Relaxed);
     let during = during.await.unwrap();
-    let acquired_during = during.len();
+    let inserted_during = during.len();
     let batches = batch_times.len();
     println!(
         "purge: {purged} rows in {batches} batches of {BATCH} in {elapsed:?} ({:.0} rows/s)",
@@ -163,18 +181,18 @@ async fn purge_many_expired_rows_while_acquiring() {
         summary(batch_times, "batches"),
     );
     println!(
-        "purge: acquire latency without purge: {}",
-        summary(baseline, "acquires")
+        "purge: insert latency without purge: {}",
+        summary(baseline, "inserts")
     );
     println!(
-        "purge: acquire latency during purge:  {}",
-        summary(during, "acquires")
+        "purge: insert latency during purge:  {}",
+        summary(during, "inserts")
     );
 
     assert_eq!(purged, rows as u64);
     assert_eq!(count(&store, "key LIKE 'expired-%'").await, 0);
     assert_eq!(count(&store, "key LIKE 'live-%'").await, LIVE as i64);
-    let fresh = (before + acquired_during) as i64;
+    let fresh = (before + inserted_during) as i64;
     assert_eq!(
         count(&store, "key LIKE 'during-%' AND state = 'completed'").await,
         fresh
@@ -182,5 +200,4 @@ async fn purge_many_expired_rows_while_acquiring() {
     for n in [0, LIVE - 1] {
         assert!(store.get(&key("live", n)).await.unwrap().is_some());
     }
-    common::drop_table(&store).await;
 }

@@ -3,8 +3,9 @@
 --
 -- Fields: p r k (principal, route, key), fv fd (fingerprint version, 32-byte digest),
 -- st (in_progress | completed | failed), fe (fence), lt le (lease token, lease expiry),
--- ca co ex (created, completed, expires), rs rh rb rr (status, encoded headers, body,
--- replayable "1"/"0"). The key expires by itself at `ex` (PEXPIREAT).
+-- ca co ex (created, completed, expires), rs rh rb rr cs (status, encoded headers, body,
+-- replayable "1"/"0", 32-byte response checksum; records written before checksums have no
+-- cs). The key expires by itself at `ex` (PEXPIREAT).
 
 -- Redis 3.2 to 4: replicate the writes, not the script (TIME makes it non-deterministic).
 -- A no-op from Redis 5 on, where effects replication is the default (the only mode in 7).
@@ -22,8 +23,10 @@ local function int(n)
   return string.format('%d', n)
 end
 
--- The server time and the record's expires_at if the record at `key` is live,
--- in_progress and owned by (fence, token), both given as decimal strings; false otherwise.
+-- The server time and the record's expires_at if the record at `key` is live (before
+-- expires_at), in_progress and owned by (fence, token), both given as decimal strings;
+-- false otherwise. The lease's own expiry is not checked: a late outcome of a live fence
+-- lands.
 local function held(key, fence, token)
   local f = redis.call('HMGET', key, 'st', 'fe', 'lt', 'ex')
   local now = now_ms()
@@ -35,6 +38,15 @@ local function held(key, fence, token)
     return false
   end
   return now, ex
+end
+
+-- A field value as the client reads an integer: the decimal string, or '' when the field
+-- is absent or not a decimal integer (the client's None).
+local function decimal(v)
+  if type(v) == 'string' and string.match(v, '^%-?%d+$') then
+    return v
+  end
+  return ''
 end
 
 -- A record never expires under a live lease: pushes expires_at (field and PEXPIREAT) to

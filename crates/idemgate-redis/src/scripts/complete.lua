@@ -1,12 +1,14 @@
--- complete: in_progress -> completed with the response, if the lease is held.
+-- complete: in_progress -> completed with the response and its checksum, if the record
+-- still has the lease's fence and token (whether or not the lease itself lapsed).
 -- KEYS[1] record key
--- ARGV 1 fence  2 lease token  3 status  4 encoded headers  5 body  6 replayable "1"/"0"
--- Returns 1, or 0 when the lease is not held (nothing changed).
+-- ARGV 1 fence  2 lease token  3 status  4 encoded headers  5 body (stored even when empty)
+--      6 replayable "1"/"0"  7 checksum (32 bytes)
+-- Returns 1, or 0 when the lease is stale (nothing changed).
 local now = held(KEYS[1], ARGV[1], ARGV[2])
 if not now then
   return 0
 end
 redis.call('HDEL', KEYS[1], 'lt', 'le')
 redis.call('HSET', KEYS[1], 'st', 'completed', 'co', int(now), 'rs', ARGV[3],
-  'rh', ARGV[4], 'rb', ARGV[5], 'rr', ARGV[6])
+  'rh', ARGV[4], 'rb', ARGV[5], 'rr', ARGV[6], 'cs', ARGV[7])
 return 1

@@ -1,10 +1,15 @@
-//! Test helpers: the gated server URLs and per-store key prefixes.
-#![allow(dead_code)] // each test binary uses a different subset
+//! Test helpers: the gated server URLs, per-store key prefixes, and [`TestStore`], which
+//! deletes the keys its test created and damages records for the conformance suite.
+#![allow(dead_code, unused_imports, unreachable_pub)] // each test binary uses a different subset
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use idemgate_redis::RedisStore;
+
+mod store;
+
+pub(crate) use store::{damage, Cleanup, TestStore};
 
 /// The environment variable holding the single-node test server URL.
 pub(crate) const URL_VAR: &str = "IDEMGATE_TEST_REDIS_URL";
@@ -55,9 +60,9 @@ pub(crate) fn prefix() -> String {
     )
 }
 
-/// A store on the single-node test server with a prefix of its own; `None` when the URL
-/// is not set.
-pub(crate) async fn fresh_store() -> Option<RedisStore> {
+/// A store on the single-node test server with a prefix of its own, deleting the keys it
+/// created when dropped; `None` when the URL is not set.
+pub(crate) async fn fresh_store() -> Option<TestStore> {
     let url = url()?;
     let store = RedisStore::connect(&url)
         .await
@@ -65,18 +70,19 @@ pub(crate) async fn fresh_store() -> Option<RedisStore> {
         .with_key_prefix(&prefix())
         .unwrap();
     sweep_stale_keys(&url).await;
-    Some(store)
+    Some(TestStore::new(store, Cleanup::Single(url)))
 }
 
-/// A store on the test cluster with a prefix of its own; `None` when the URLs are not set.
-pub(crate) async fn fresh_cluster_store() -> Option<RedisStore> {
+/// A store on the test cluster with a prefix of its own, deleting the keys it created when
+/// dropped; `None` when the URLs are not set.
+pub(crate) async fn fresh_cluster_store() -> Option<TestStore> {
     let nodes = cluster_urls()?;
     let store = RedisStore::connect_cluster(&nodes, &Default::default())
         .await
         .expect("connect to the test cluster")
         .with_key_prefix(&prefix())
         .unwrap();
-    Some(store)
+    Some(TestStore::new(store, Cleanup::Cluster(nodes)))
 }
 
 /// A plain connection to the single-node test server, for looking behind the store's back.
@@ -89,8 +95,8 @@ pub(crate) async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
 }
 
 /// Best effort, once per process: deletes `idemgate-test:<secs>:*` keys that earlier runs
-/// left behind more than an hour ago (conformance cases cannot delete their own records;
-/// most carry a 24 h TTL). Never touches other keys.
+/// left behind more than an hour ago (a run killed before its stores were dropped; most
+/// records carry a 24 h TTL). Never touches other keys.
 async fn sweep_stale_keys(url: &str) {
     static SWEPT: AtomicBool = AtomicBool::new(false);
     if SWEPT.swap(true, Ordering::SeqCst) {

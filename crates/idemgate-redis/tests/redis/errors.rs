@@ -42,7 +42,7 @@ async fn bad_urls_and_prefixes_are_refused() {
         return;
     };
     assert!(matches!(
-        store.with_key_prefix("tenant{1}:"),
+        RedisStore::clone(&store).with_key_prefix("tenant{1}:"),
         Err(RedisStoreError::InvalidPrefix { .. })
     ));
 }
@@ -90,7 +90,7 @@ async fn a_server_that_goes_away_is_unavailable_then_recovers() {
     // the first call loads the script (EVALSHA → NOSCRIPT → SCRIPT LOAD → EVALSHA)
     let first = unique_key("alice");
     store
-        .acquire(&request(&first, fp(1), LONG, DAY))
+        .insert_or_get(&request(&first, fp(1), LONG, DAY))
         .await
         .unwrap();
     drop(server);
@@ -99,7 +99,7 @@ async fn a_server_that_goes_away_is_unavailable_then_recovers() {
     let started = tokio::time::Instant::now();
     for _ in 0..3 {
         let err = store
-            .acquire(&request(&k, fp(1), LONG, DAY))
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
             .await
             .unwrap_err();
         assert!(
@@ -124,5 +124,8 @@ async fn a_server_that_goes_away_is_unavailable_then_recovers() {
     }
     assert!(recovered, "the connection manager reconnects");
     // a new server has an empty script cache: the scripts are loaded again
-    store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap();
+    store
+        .insert_or_get(&request(&k, fp(1), LONG, DAY))
+        .await
+        .unwrap();
 }

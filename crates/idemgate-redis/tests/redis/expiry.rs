@@ -3,11 +3,11 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use idemgate_core::testing::{fp, request, response, unique_key};
-use idemgate_core::{IdempotencyStore, RecordState};
+use idemgate_core::testing::{existing, fp, inserted, request, response, unique_key};
+use idemgate_core::{IdempotencyStore, LeaseToken, RecordState};
 use redis::AsyncCommands;
 
-use crate::{acquired, common, existing, DAY, LONG};
+use crate::{common, DAY, LONG};
 
 /// A lease shorter than the short TTLs: a record never expires under a live lease.
 const TINY_LEASE: Duration = Duration::from_millis(100);
@@ -28,7 +28,12 @@ async fn the_key_expires_at_expires_at() {
     let mut raw = common::raw(&common::url().unwrap()).await;
     let k = unique_key("alice");
     let ttl = Duration::from_secs(3600);
-    let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
+    let lease = inserted(
+        store
+            .insert_or_get(&request(&k, fp(1), LONG, ttl))
+            .await
+            .unwrap(),
+    );
     let rec = store.get(&k).await.unwrap().unwrap();
     let key = store.record_key(&k);
     let expire_time = pexpiretime(&mut raw, &key).await;
@@ -37,7 +42,7 @@ async fn the_key_expires_at_expires_at() {
         "PEXPIREAT is the record's expires_at"
     );
     assert_eq!(rec.expires_at - rec.created_at, 3_600_000);
-    // complete, renew and takeover keep the expiry
+    // renew and complete keep the expiry
     store.renew(&lease, LONG).await.unwrap();
     store.complete(&lease, &response(1)).await.unwrap();
     let pttl: i64 = raw.pttl(&key).await.unwrap();
@@ -50,7 +55,7 @@ async fn the_key_expires_at_expires_at() {
     assert_eq!(kind, "hash");
 }
 
-/// A record never expires under a live lease: acquire, takeover and renew push the key's
+/// A record never expires under a live lease: insert, take-over and renew push the key's
 /// expiry (and `expires_at`) to the lease's end when the TTL would end first.
 #[tokio::test]
 async fn the_key_never_expires_under_a_live_lease() {
@@ -61,7 +66,12 @@ async fn the_key_never_expires_under_a_live_lease() {
     let k = unique_key("alice");
     let key = store.record_key(&k);
     let ttl = Duration::from_millis(100);
-    let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, ttl)).await.unwrap());
+    let lease = inserted(
+        store
+            .insert_or_get(&request(&k, fp(1), LONG, ttl))
+            .await
+            .unwrap(),
+    );
     assert_eq!(pexpiretime(&mut raw, &key).await, lease.expires_at);
     let until = store.renew(&lease, 2 * LONG).await.unwrap();
     assert_eq!(pexpiretime(&mut raw, &key).await, until);
@@ -75,15 +85,24 @@ async fn the_key_never_expires_under_a_live_lease() {
     let k = unique_key("alice");
     let key = store.record_key(&k);
     let short_ttl = Duration::from_millis(400);
-    acquired(
+    inserted(
         store
-            .acquire(&request(&k, fp(1), TINY_LEASE, short_ttl))
+            .insert_or_get(&request(&k, fp(1), TINY_LEASE, short_ttl))
             .await
             .unwrap(),
     );
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let (new, takeover) = acquired(store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
-    assert!(takeover);
+    let (seen, _) = existing(
+        store
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
+            .await
+            .unwrap(),
+    );
+    let new = store
+        .take_over(&seen, LeaseToken::random(), LONG)
+        .await
+        .unwrap()
+        .expect("taken over");
     assert_eq!(pexpiretime(&mut raw, &key).await, new.expires_at);
     assert_eq!(
         store.get(&k).await.unwrap().unwrap().expires_at,
@@ -102,18 +121,18 @@ async fn purge_is_native() {
     let mut raw = common::raw(&common::url().unwrap()).await;
     let ttl = Duration::from_millis(200);
     let live = unique_key("alice");
-    acquired(
+    inserted(
         store
-            .acquire(&request(&live, fp(1), LONG, DAY))
+            .insert_or_get(&request(&live, fp(1), LONG, DAY))
             .await
             .unwrap(),
     );
     let mut expired = Vec::new();
     for _ in 0..7 {
         let k = unique_key("alice");
-        let (lease, _) = acquired(
+        let lease = inserted(
             store
-                .acquire(&request(&k, fp(1), TINY_LEASE, ttl))
+                .insert_or_get(&request(&k, fp(1), TINY_LEASE, ttl))
                 .await
                 .unwrap(),
         );
@@ -137,7 +156,8 @@ async fn purge_is_native() {
 }
 
 /// The window between `expires_at` and Redis dropping the key (here: forever, after
-/// `PERSIST`): the record still reads as absent, and acquire inserts anew with fence + 1.
+/// `PERSIST`): the record still reads as absent, and insert-or-get inserts anew with
+/// fence + 1.
 #[tokio::test]
 async fn an_expired_record_redis_still_holds_counts_as_absent() {
     let Some(store) = common::fresh_store().await else {
@@ -145,15 +165,24 @@ async fn an_expired_record_redis_still_holds_counts_as_absent() {
     };
     let mut raw = common::raw(&common::url().unwrap()).await;
     let k = unique_key("alice");
-    let (lease, _) = acquired(store.acquire(&request(&k, fp(1), LONG, DAY)).await.unwrap());
+    let lease = inserted(
+        store
+            .insert_or_get(&request(&k, fp(1), LONG, DAY))
+            .await
+            .unwrap(),
+    );
     store.complete(&lease, &response(1)).await.unwrap();
     let key = store.record_key(&k);
     let _: bool = raw.persist(&key).await.unwrap();
     let _: i64 = raw.hset(&key, "ex", 1_000).await.unwrap();
     assert!(store.get(&k).await.unwrap().is_none());
     // a different fingerprint is not a mismatch: the old record no longer counts
-    let (again, takeover) = acquired(store.acquire(&request(&k, fp(2), LONG, DAY)).await.unwrap());
-    assert!(!takeover);
+    let again = inserted(
+        store
+            .insert_or_get(&request(&k, fp(2), LONG, DAY))
+            .await
+            .unwrap(),
+    );
     assert_eq!(again.fence, lease.fence + 1);
     let rec = store.get(&k).await.unwrap().unwrap();
     assert_eq!(
@@ -163,5 +192,10 @@ async fn an_expired_record_redis_still_holds_counts_as_absent() {
     assert_eq!(rec.response, None, "nothing of the old record is left");
     let pttl: i64 = raw.pttl(&key).await.unwrap();
     assert!(pttl > 86_000_000, "the new record expires again: {pttl}");
-    existing(store.acquire(&request(&k, fp(2), LONG, DAY)).await.unwrap());
+    existing(
+        store
+            .insert_or_get(&request(&k, fp(2), LONG, DAY))
+            .await
+            .unwrap(),
+    );
 }

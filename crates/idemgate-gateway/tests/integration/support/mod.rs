@@ -13,6 +13,9 @@ use axum::Router;
 use idemgate_gateway::config::Config;
 use tokio::sync::oneshot;
 
+mod relay;
+pub(crate) use relay::Relay;
+
 /// An upstream that counts every request it receives and answers per query parameters:
 /// `status=N`, `delay_ms=N` (before answering), `bytes=N` (body size), `stream=1`
 /// (`text/event-stream`), `broken=1` (body breaks off after its first chunk).
@@ -247,7 +250,10 @@ pub(crate) async fn spawn_binary_on(
         .arg("--config")
         .arg(config)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(match std::env::var_os("IDEMGATE_TEST_GATEWAY_STDERR") {
+            Some(_) => std::process::Stdio::inherit(),
+            None => std::process::Stdio::null(),
+        })
         .spawn()
         .unwrap();
     let process = Process {

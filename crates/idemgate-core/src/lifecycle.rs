@@ -1,0 +1,368 @@
+//! The request lifecycle, the same for every front door (HTTP layer, gateway, key service,
+//! library users without HTTP): **begin** (admit, acquire, decide, reconcile races),
+//! **hold** (run the operation while the lease is renewed), **finish** (write the outcome,
+//! retrying until it lands).
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use std::sync::Arc;
+//! use idemgate_core::lifecycle::{Answer, Begin, Lifecycle, Outcome, RoutePlan};
+//! use idemgate_core::testing::{fp, response, unique_key};
+//! use idemgate_core::MemoryStore;
+//!
+//! let engine = Lifecycle::new(Arc::new(MemoryStore::new()), Default::default());
+//! let plan = RoutePlan::default();
+//! let key = unique_key("alice");
+//! let Begin::Run(holder) = engine.begin(&key, fp(1), &plan, |_| None).await else { panic!() };
+//! let status = engine.hold(&holder, async { 201 }).await; // the operation, run once
+//! engine.finish(&holder, Outcome::Complete(response(2))).await;
+//! match engine.begin(&key, fp(1), &plan, |_| None).await {
+//!     Begin::Answer(Answer::Replay(r)) => assert_eq!(r.status, status),
+//!     other => panic!("{other:?}"),
+//! }
+//! # });
+//! ```
+//!
+//! # What the answers mean
+//! See [`Answer`]; every one that is not [`Begin::Run`] means the operation was not run by
+//! this call. A store that does not answer within [`LifecycleConfig::store_timeout`] gives
+//! [`Answer::Unavailable`], never a late run.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use crate::engine::{decide, Decision, DecisionPolicy};
+use crate::fingerprint::Fingerprint;
+use crate::record::{IdempotencyRecord, Lease, LeaseToken, ScopedKey, StoredResponse};
+use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest, StoreError};
+
+mod outcome;
+mod pending;
+mod reclaim;
+#[cfg(test)]
+mod tests;
+
+pub use outcome::{Finished, Outcome};
+use pending::Pending;
+
+/// How many insert/decide/take-over rounds [`Lifecycle::begin`] tries while the record keeps
+/// changing under it (released, expired or taken over by someone else) before it answers
+/// [`Answer::InFlight`].
+const MAX_ROUNDS: usize = 8;
+
+/// Engine-wide settings (per process, not per route).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LifecycleConfig {
+    /// Deadline of every store call; past it the call counts as failed
+    /// ([`StoreError::Timeout`]) and nothing is run late. Defaults to 2 s.
+    pub store_timeout: Duration,
+    /// Outcome writes not yet landed (store down or slow) past which new requests get
+    /// [`Answer::Overloaded`] instead of running. Defaults to 1,024.
+    pub max_pending_outcomes: usize,
+    /// Bytes of responses held by pending outcome writes past which new requests get
+    /// [`Answer::Overloaded`]. Defaults to 64 MiB.
+    pub max_pending_outcome_bytes: usize,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        Self {
+            store_timeout: Duration::from_secs(2),
+            max_pending_outcomes: 1024,
+            max_pending_outcome_bytes: 64 << 20,
+        }
+    }
+}
+
+/// The per-route settings of one attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoutePlan {
+    /// How long a dead holder blocks retries; renewed every third of it. Defaults to 10 s.
+    pub lease_ttl: Duration,
+    /// How long the record lives. Defaults to 24 h.
+    pub record_ttl: Duration,
+    /// The decision's knobs (what an expired lease means, retry of failed records).
+    pub decision: DecisionPolicy,
+}
+
+impl Default for RoutePlan {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(10),
+            record_ttl: Duration::from_secs(24 * 3600),
+            decision: DecisionPolicy::default(),
+        }
+    }
+}
+
+/// The result of [`Lifecycle::begin`].
+#[derive(Debug)]
+pub enum Begin {
+    /// This call owns the record: run the operation under [`Lifecycle::hold`], then
+    /// [`Lifecycle::finish`].
+    Run(Holder),
+    /// The operation is not run; answer with this.
+    Answer(Answer),
+}
+
+/// Why a request is answered without running the operation.
+#[derive(Debug)]
+pub enum Answer {
+    /// The operation completed before: its stored response (validated, checksum verified).
+    Replay(StoredResponse),
+    /// The operation completed but its response was not kept (streamed or too large).
+    NotReplayable {
+        /// The status the first caller got.
+        status: u16,
+    },
+    /// The first request still runs (its lease is live, or the record kept changing).
+    InFlight {
+        /// Suggested wait, in ms (at most 1,000).
+        retry_after_ms: u64,
+    },
+    /// The key was used with another request (different fingerprint).
+    Mismatch,
+    /// The first attempt failed after it may have run.
+    PreviousFailed,
+    /// The first attempt's lease lapsed before its outcome was written: it may have run.
+    /// The record is kept; if the holder still records the outcome, retries replay it.
+    OutcomeUnknown,
+    /// The stored record fails validation or its checksum; it is never replayed.
+    Corrupt,
+    /// The store failed or did not answer in time; nothing was run.
+    Unavailable(StoreError),
+    /// Too many outcome writes are pending (store slow or down); nothing was run.
+    Overloaded,
+}
+
+/// Ownership of a record, from [`Begin::Run`] until [`Lifecycle::finish`].
+#[derive(Debug)]
+pub struct Holder {
+    /// The lease: proof of ownership.
+    pub lease: Lease,
+    /// True when an expired lease (or a failed record) was taken over: the operation may
+    /// have run before, so front doors tell the operation (`Idempotent-Takeover: true`).
+    pub takeover: bool,
+    lease_ttl: Duration,
+    /// After this the record has expired and an outcome write is pointless.
+    record_deadline: Instant,
+}
+
+impl Holder {
+    /// The lease TTL this holder renews with.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+}
+
+/// The lifecycle over a store. Cheap to clone (one `Arc` each for the store and the
+/// pending-outcome counters).
+#[derive(Debug)]
+pub struct Lifecycle<St> {
+    store: Arc<St>,
+    config: LifecycleConfig,
+    pending: Arc<Pending>,
+}
+
+impl<St> Clone for Lifecycle<St> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            config: self.config.clone(),
+            pending: self.pending.clone(),
+        }
+    }
+}
+
+impl<St> Lifecycle<St> {
+    /// The store.
+    pub fn store(&self) -> &Arc<St> {
+        &self.store
+    }
+
+    /// The engine-wide settings.
+    pub fn config(&self) -> &LifecycleConfig {
+        &self.config
+    }
+
+    /// Outcome writes not yet landed, and the response bytes they hold.
+    pub fn pending_outcomes(&self) -> (usize, usize) {
+        self.pending.load()
+    }
+}
+
+impl<St: IdempotencyStore> Lifecycle<St> {
+    /// A lifecycle over `store`.
+    pub fn new(store: Arc<St>, config: LifecycleConfig) -> Self {
+        Self {
+            store,
+            config,
+            pending: Arc::default(),
+        }
+    }
+
+    /// Acquires `key` for a request with `fingerprint`, or says how to answer it.
+    ///
+    /// `refingerprint(version)` computes the request's fingerprint with another algorithm
+    /// version, for a record written by a release that fingerprinted differently (`None`
+    /// if unknown: the request then counts as a mismatch, never a replay).
+    pub async fn begin(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        refingerprint: impl Fn(u16) -> Option<Fingerprint>,
+    ) -> Begin {
+        if self.pending.full(&self.config) {
+            return Begin::Answer(Answer::Overloaded);
+        }
+        let mut req = InsertRequest {
+            key: key.clone(),
+            fingerprint,
+            token: LeaseToken::random(),
+            lease_ttl: plan.lease_ttl,
+            record_ttl: plan.record_ttl,
+        };
+        for _ in 0..MAX_ROUNDS {
+            let (record, now) = match self.insert(req).await {
+                Ok((_, InsertOutcome::Inserted(lease))) => {
+                    return Begin::Run(self.holder(lease, false, plan.record_ttl, plan))
+                }
+                Ok((back, InsertOutcome::Existing { record, now })) => {
+                    req = back;
+                    (record, now)
+                }
+                Err(e) => return Begin::Answer(self.store_failed(key, e)),
+            };
+            let fp = match record.fingerprint.version {
+                v if v == fingerprint.version => fingerprint,
+                v => refingerprint(v).unwrap_or(fingerprint),
+            };
+            let answer = match decide(Some(&record), &fp, now, &plan.decision) {
+                Decision::Insert => continue, // expired between the read and the decision
+                Decision::Takeover => match self.take_over(&record, now, plan).await {
+                    Ok(Some(holder)) => return Begin::Run(holder),
+                    Ok(None) => continue, // changed since the read
+                    Err(e) => self.store_failed(key, e),
+                },
+                Decision::Replay => match record.response {
+                    Some(r) => Answer::Replay(r),
+                    None => Answer::Corrupt, // validation guarantees a response; be safe
+                },
+                Decision::NotReplayable => Answer::NotReplayable {
+                    status: record.response.map_or(0, |r| r.status),
+                },
+                Decision::InFlight { retry_after_ms } => Answer::InFlight { retry_after_ms },
+                Decision::Mismatch => Answer::Mismatch,
+                Decision::PreviousFailed => Answer::PreviousFailed,
+                Decision::OutcomeUnknown => {
+                    tracing::warn!(route = %key.route, key = %hash_key(key), fence = record.fence, "lease lapsed before the outcome was written: outcome unknown");
+                    metrics::counter!("idempotency_outcome_unknown_total").increment(1);
+                    Answer::OutcomeUnknown
+                }
+            };
+            return Begin::Answer(answer);
+        }
+        Begin::Answer(Answer::InFlight {
+            retry_after_ms: 1000,
+        })
+    }
+
+    /// One insert-or-get under the store deadline. On a timeout the call goes on in the
+    /// background, and a record it inserted is released with its own lease, so a request
+    /// that was never forwarded never reads as `outcome-unknown`.
+    async fn insert(
+        &self,
+        req: InsertRequest,
+    ) -> Result<(InsertRequest, InsertOutcome), StoreError> {
+        let key = req.key.clone();
+        let token = req.token;
+        let store = self.store.clone();
+        let mut call = Box::pin(async move {
+            let r = store.insert_or_get(&req).await;
+            r.map(|found| (req, found))
+        });
+        let started = Instant::now();
+        let out = tokio::time::timeout(self.config.store_timeout, &mut call).await;
+        self.observe("insert_or_get", started);
+        match out {
+            Ok(done) => done,
+            Err(_) => {
+                tokio::spawn(reclaim::reclaim(self.clone(), call, key, token));
+                Err(StoreError::Timeout)
+            }
+        }
+    }
+
+    async fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        now: i64,
+        plan: &RoutePlan,
+    ) -> Result<Option<Holder>, StoreError> {
+        let token = LeaseToken::random();
+        let lease = self
+            .timed(
+                "take_over",
+                self.store.take_over(seen, token, plan.lease_ttl),
+            )
+            .await?;
+        let left = u64::try_from(seen.expires_at.saturating_sub(now)).unwrap_or(0);
+        let ttl = Duration::from_millis(left).max(plan.lease_ttl);
+        Ok(lease.map(|lease| {
+            tracing::info!(route = %seen.key.route, key = %hash_key(&seen.key), fence = lease.fence, "took over an expired lease");
+            self.holder(lease, true, ttl, plan)
+        }))
+    }
+
+    fn holder(&self, lease: Lease, takeover: bool, ttl: Duration, plan: &RoutePlan) -> Holder {
+        Holder {
+            lease,
+            takeover,
+            lease_ttl: plan.lease_ttl,
+            record_deadline: Instant::now() + ttl,
+        }
+    }
+
+    fn store_failed(&self, key: &ScopedKey, e: StoreError) -> Answer {
+        match e {
+            StoreError::Corrupt { detail } => {
+                tracing::error!(route = %key.route, key = %hash_key(key), %detail, "stored record is corrupt; not replayed");
+                metrics::counter!("idempotency_record_corrupt_total", "backend" => self.store.backend()).increment(1);
+                Answer::Corrupt
+            }
+            e => {
+                tracing::warn!(route = %key.route, error = %e, "store unavailable");
+                Answer::Unavailable(e)
+            }
+        }
+    }
+
+    /// Runs one store call under the deadline and records its duration.
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let out = tokio::time::timeout(self.config.store_timeout, call).await;
+        self.observe(op, started);
+        out.unwrap_or(Err(StoreError::Timeout))
+    }
+
+    fn observe(&self, op: &'static str, started: Instant) {
+        metrics::histogram!("idempotency_store_duration_seconds", "op" => op, "backend" => self.store.backend())
+            .record(started.elapsed().as_secs_f64());
+    }
+}
+
+/// The key for logs: the scope's route and principal stay readable elsewhere, the key itself
+/// is a secret-ish client value, so it is logged as the first 8 bytes of its SHA-256, hex.
+pub fn hash_key(key: &ScopedKey) -> String {
+    let digest = Sha256::digest(key.key.as_str().as_bytes());
+    hex::encode(&digest[..8])
+}

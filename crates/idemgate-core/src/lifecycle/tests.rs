@@ -1,0 +1,407 @@
+//! Lifecycle tests on the memory store under a paused tokio clock: no real sleeps.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::engine::LeaseExpiredPolicy;
+use crate::memory::MemoryStore;
+use crate::record::{RecordState, UnixMillis};
+use crate::testing::{damage_memory, fp, response, unique_key, Damage};
+
+/// The memory store with faults a test switches on: every call fails (`down`), every call
+/// hangs (`hang`), or the next `take_over`s report a changed record.
+#[derive(Debug, Default)]
+struct Faulty {
+    inner: MemoryStore,
+    down: AtomicBool,
+    hang: AtomicBool,
+    refuse_take_overs: AtomicUsize,
+    calls: AtomicUsize,
+}
+
+impl Faulty {
+    async fn fault(&self) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.hang.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        if self.down.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("store down".into()));
+        }
+        Ok(())
+    }
+}
+
+impl IdempotencyStore for Faulty {
+    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
+        self.fault().await?;
+        self.inner.insert_or_get(req).await
+    }
+    async fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        token: LeaseToken,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        self.fault().await?;
+        let refuse = self.refuse_take_overs.load(Ordering::SeqCst);
+        if refuse > 0 {
+            self.refuse_take_overs.store(refuse - 1, Ordering::SeqCst);
+            return Ok(None);
+        }
+        self.inner.take_over(seen, token, ttl).await
+    }
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis, StoreError> {
+        self.fault().await?;
+        self.inner.renew(lease, ttl).await
+    }
+    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<(), StoreError> {
+        self.fault().await?;
+        self.inner.complete(lease, r).await
+    }
+    async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.fault().await?;
+        self.inner.fail(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.fault().await?;
+        self.inner.release(lease).await
+    }
+    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.fault().await?;
+        self.inner.get(key).await
+    }
+    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
+        self.inner.purge_expired(batch).await
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.fault().await
+    }
+    fn backend(&self) -> &'static str {
+        "faulty-memory"
+    }
+}
+
+fn engine() -> (Lifecycle<Faulty>, Arc<Faulty>) {
+    let store = Arc::new(Faulty::default());
+    (
+        Lifecycle::new(store.clone(), LifecycleConfig::default()),
+        store,
+    )
+}
+
+fn plan(lease_expired: LeaseExpiredPolicy) -> RoutePlan {
+    RoutePlan {
+        decision: DecisionPolicy {
+            lease_expired,
+            ..DecisionPolicy::default()
+        },
+        ..RoutePlan::default()
+    }
+}
+
+async fn begin(e: &Lifecycle<Faulty>, key: &ScopedKey, p: &RoutePlan) -> Begin {
+    e.begin(key, fp(1), p, |_| None).await
+}
+
+async fn run(e: &Lifecycle<Faulty>, key: &ScopedKey, p: &RoutePlan) -> Holder {
+    match begin(e, key, p).await {
+        Begin::Run(h) => h,
+        Begin::Answer(a) => panic!("expected Run, got {a:?}"),
+    }
+}
+
+async fn answer(e: &Lifecycle<Faulty>, key: &ScopedKey, p: &RoutePlan) -> Answer {
+    match begin(e, key, p).await {
+        Begin::Answer(a) => a,
+        Begin::Run(h) => panic!("expected an answer, got Run({h:?})"),
+    }
+}
+
+const LEASE: Duration = Duration::from_secs(10);
+
+#[tokio::test(start_paused = true)]
+async fn a_second_request_while_the_first_runs_gets_409_then_the_replay() {
+    let (e, _) = engine();
+    let (k, p) = (unique_key("alice"), RoutePlan::default());
+    let h = run(&e, &k, &p).await;
+    assert!(!h.takeover);
+    assert!(matches!(
+        answer(&e, &k, &p).await,
+        Answer::InFlight {
+            retry_after_ms: 1000
+        }
+    ));
+    assert!(matches!(
+        e.begin(&k, fp(2), &p, |_| None).await,
+        Begin::Answer(Answer::Mismatch)
+    ));
+    assert_eq!(
+        e.finish(&h, Outcome::Complete(response(3))).await,
+        Finished::Landed
+    );
+    assert!(matches!(answer(&e, &k, &p).await, Answer::Replay(r) if r == response(3)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_operation_keeps_its_lease_by_renewing() {
+    let (e, _) = engine();
+    let (k, p) = (unique_key("alice"), plan(LeaseExpiredPolicy::Takeover));
+    let h = run(&e, &k, &p).await;
+    let probe = async {
+        for _ in 0..10 {
+            tokio::time::sleep(LEASE).await; // 100 s in all: ten leases
+            assert!(
+                matches!(answer(&e, &k, &p).await, Answer::InFlight { .. }),
+                "no takeover of a live holder"
+            );
+        }
+        7
+    };
+    assert_eq!(e.hold(&h, probe).await, 7);
+    assert_eq!(e.finish(&h, Outcome::Fail).await, Finished::Landed);
+    assert!(matches!(answer(&e, &k, &p).await, Answer::PreviousFailed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_lease_means_outcome_unknown_and_a_late_outcome_is_replayed() {
+    let (e, _) = engine();
+    let (k, p) = (unique_key("alice"), RoutePlan::default());
+    let h = run(&e, &k, &p).await; // the holder stops renewing: it crashed, or lost the store
+    tokio::time::sleep(LEASE + Duration::from_millis(1)).await;
+    assert!(matches!(answer(&e, &k, &p).await, Answer::OutcomeUnknown));
+    assert!(
+        matches!(answer(&e, &k, &p).await, Answer::OutcomeUnknown),
+        "the record is kept"
+    );
+    assert_eq!(
+        e.finish(&h, Outcome::Complete(response(1))).await,
+        Finished::Landed
+    );
+    assert!(matches!(answer(&e, &k, &p).await, Answer::Replay(_)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn takeover_policy_runs_again_marked_and_fences_out_the_old_holder() {
+    let (e, _) = engine();
+    let (k, p) = (unique_key("alice"), plan(LeaseExpiredPolicy::Takeover));
+    let old = run(&e, &k, &p).await;
+    tokio::time::sleep(LEASE + Duration::from_millis(1)).await;
+    let new = run(&e, &k, &p).await;
+    assert!(new.takeover);
+    assert_eq!(new.lease.fence, old.lease.fence + 1);
+    assert_eq!(
+        e.finish(&old, Outcome::Complete(response(1))).await,
+        Finished::LeaseLost
+    );
+    assert_eq!(
+        e.finish(&new, Outcome::Complete(response(2))).await,
+        Finished::Landed
+    );
+    assert!(matches!(answer(&e, &k, &p).await, Answer::Replay(r) if r == response(2)));
+    let fail = plan(LeaseExpiredPolicy::Fail);
+    let k2 = unique_key("alice");
+    let _h = run(&e, &k2, &fail).await;
+    tokio::time::sleep(LEASE + Duration::from_millis(1)).await;
+    assert!(matches!(
+        answer(&e, &k2, &fail).await,
+        Answer::PreviousFailed
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_that_changes_under_the_decision_is_reconciled_without_a_false_503() {
+    let (e, s) = engine();
+    let (k, p) = (unique_key("alice"), plan(LeaseExpiredPolicy::Takeover));
+    let _h = run(&e, &k, &p).await;
+    tokio::time::sleep(LEASE + Duration::from_millis(1)).await;
+    // two lost races, then the takeover goes through
+    s.refuse_take_overs.store(2, Ordering::SeqCst);
+    assert!(run(&e, &k, &p).await.takeover);
+    // a record that keeps changing: 409, never 503
+    let k2 = unique_key("alice");
+    let _h2 = run(&e, &k2, &p).await;
+    tokio::time::sleep(LEASE + Duration::from_millis(1)).await;
+    s.refuse_take_overs.store(usize::MAX, Ordering::SeqCst);
+    assert!(matches!(answer(&e, &k2, &p).await, Answer::InFlight { .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn outcome_writes_outlast_a_store_outage_and_keep_renewing() {
+    let (e, s) = engine();
+    let (k, p) = (unique_key("alice"), plan(LeaseExpiredPolicy::Takeover));
+    let h = run(&e, &k, &p).await;
+    s.down.store(true, Ordering::SeqCst);
+    let e2 = e.clone();
+    let h2 = Holder {
+        lease: h.lease.clone(),
+        takeover: false,
+        lease_ttl: h.lease_ttl,
+        record_deadline: h.record_deadline,
+    };
+    let writer = tokio::spawn(async move { e2.finish(&h2, Outcome::Complete(response(9))).await });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(e.pending_outcomes().0, 1);
+    s.down.store(false, Ordering::SeqCst);
+    // up again within the lease: the holder still holds, a retry waits
+    assert!(matches!(answer(&e, &k, &p).await, Answer::InFlight { .. }));
+    assert_eq!(writer.await.unwrap(), Finished::Landed);
+    assert_eq!(e.pending_outcomes(), (0, 0));
+    assert!(matches!(answer(&e, &k, &p).await, Answer::Replay(r) if r == response(9)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn outcome_writes_give_up_only_when_the_record_expired() {
+    let (e, s) = engine();
+    let k = unique_key("alice");
+    let p = RoutePlan {
+        record_ttl: Duration::from_secs(60),
+        ..RoutePlan::default()
+    };
+    let h = run(&e, &k, &p).await;
+    s.down.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    assert_eq!(e.finish(&h, Outcome::Fail).await, Finished::Expired);
+    assert!(
+        started.elapsed() >= Duration::from_secs(59),
+        "kept trying for the record's TTL"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pending_outcomes_are_bounded() {
+    let store = Arc::new(Faulty::default());
+    let config = LifecycleConfig {
+        max_pending_outcomes: 2,
+        ..LifecycleConfig::default()
+    };
+    let e = Lifecycle::new(store.clone(), config);
+    let p = RoutePlan::default();
+    let holders = [run_on(&e, &p).await, run_on(&e, &p).await];
+    store.down.store(true, Ordering::SeqCst);
+    for h in holders {
+        let e = e.clone();
+        tokio::spawn(async move { e.finish(&h, Outcome::Release).await });
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    store.down.store(false, Ordering::SeqCst);
+    let calls = store.calls.load(Ordering::SeqCst);
+    let over = e.begin(&unique_key("bob"), fp(1), &p, |_| None).await;
+    assert!(matches!(over, Begin::Answer(Answer::Overloaded)));
+    assert!(
+        store.calls.load(Ordering::SeqCst) <= calls + 2,
+        "refused before the store"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(e.pending_outcomes(), (0, 0));
+    assert!(matches!(
+        e.begin(&unique_key("bob"), fp(1), &p, |_| None).await,
+        Begin::Run(_)
+    ));
+}
+
+async fn run_on(e: &Lifecycle<Faulty>, p: &RoutePlan) -> Holder {
+    run(e, &unique_key("carol"), p).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_hangs_answers_unavailable_within_the_deadline_and_the_insert_is_reclaimed() {
+    let (e, s) = engine();
+    let (k, p) = (unique_key("alice"), RoutePlan::default());
+    s.hang.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    assert!(matches!(
+        answer(&e, &k, &p).await,
+        Answer::Unavailable(StoreError::Timeout)
+    ));
+    assert_eq!(started.elapsed(), e.config().store_timeout);
+    s.hang.store(false, Ordering::SeqCst);
+    // the hung insert lands an hour later; its record is released, not left to lapse
+    tokio::time::sleep(Duration::from_secs(3601)).await;
+    assert!(
+        s.inner.get(&k).await.unwrap().is_none(),
+        "orphaned insert released"
+    );
+    assert!(matches!(begin(&e, &k, &p).await, Begin::Run(_)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_error_after_an_insert_is_reclaimed_by_its_token() {
+    let (e, s) = engine();
+    let k = unique_key("alice");
+    let token = LeaseToken::random();
+    let lease = s
+        .inner
+        .insert_or_get(&InsertRequest {
+            key: k.clone(),
+            fingerprint: fp(1),
+            token,
+            lease_ttl: LEASE,
+            record_ttl: LEASE * 100,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(lease, InsertOutcome::Inserted(_)));
+    s.down.store(true, Ordering::SeqCst);
+    let failed = async { Err::<(InsertRequest, InsertOutcome), _>(StoreError::Timeout) };
+    let reclaim = tokio::spawn(reclaim::reclaim(e.clone(), failed, k.clone(), token));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    s.down.store(false, Ordering::SeqCst);
+    reclaim.await.unwrap();
+    assert!(s.inner.get(&k).await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn corrupt_records_are_answered_never_replayed() {
+    let (e, s) = engine();
+    let (k, p) = (unique_key("alice"), RoutePlan::default());
+    let h = run(&e, &k, &p).await;
+    e.finish(&h, Outcome::Complete(response(32))).await;
+    damage_memory(&s.inner, &k, Damage::TruncateBody).await;
+    assert!(matches!(answer(&e, &k, &p).await, Answer::Corrupt));
+    assert_eq!(s.inner.len(), 1, "the record is kept for the operator");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_of_another_fingerprint_version_is_compared_in_that_version() {
+    let (e, _) = engine();
+    let (k, p) = (unique_key("alice"), RoutePlan::default());
+    let old = crate::fingerprint::Fingerprint {
+        version: 0,
+        digest: [5; 32],
+    };
+    let Begin::Run(h) = e.begin(&k, old, &p, |_| None).await else {
+        panic!()
+    };
+    e.finish(&h, Outcome::Complete(response(1))).await;
+    let same = e.begin(&k, fp(1), &p, |v| (v == 0).then_some(old)).await;
+    assert!(matches!(same, Begin::Answer(Answer::Replay(_))));
+    let unknown = e.begin(&k, fp(1), &p, |_| None).await;
+    assert!(matches!(unknown, Begin::Answer(Answer::Mismatch)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_record_runs_again_only_when_the_route_allows_it() {
+    let (e, s) = engine();
+    let k = unique_key("alice");
+    let p = RoutePlan::default();
+    let h = run(&e, &k, &p).await;
+    e.finish(&h, Outcome::Fail).await;
+    assert!(matches!(answer(&e, &k, &p).await, Answer::PreviousFailed));
+    let retry = RoutePlan {
+        decision: DecisionPolicy {
+            retry_failed: true,
+            ..DecisionPolicy::default()
+        },
+        ..p
+    };
+    let again = run(&e, &k, &retry).await;
+    assert!(again.takeover);
+    assert_eq!(
+        s.inner.get(&k).await.unwrap().unwrap().state,
+        RecordState::InProgress
+    );
+}

@@ -1,0 +1,216 @@
+//! At most once under faults, on every persistent store: a store that blips while the
+//! upstream answers, a store gone longer than the lease during a slow call, a store that
+//! stops answering (black hole), and records damaged behind the gateway's back. Each test
+//! counts upstream executions.
+//!
+//! PostgreSQL and Redis are reached through a [`Relay`] the test cuts; SQLite is "cut" by
+//! another connection holding its write lock longer than the store's busy timeout.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::support::*;
+
+mod harness;
+use harness::{Backend, Damage, Store};
+
+/// The store is cut 300 ms into a 1.5 s upstream call and comes back 2.5 s later: the
+/// outcome write outlasts the outage, the client gets the upstream's answer, and retries get
+/// the replay; the upstream ran once.
+async fn store_blip_while_the_upstream_answers(backend: Backend) {
+    let Some(store) = Store::new(backend).await else {
+        return;
+    };
+    let up = upstream().await;
+    let gw = gateway(&up.base, &store.url, |c| store.configure(c)).await;
+    let k = key();
+    let path = "/payments?delay_ms=1500";
+    let first = tokio::spawn(post(&gw.base, path, Some(&k), "{}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let outage = store.outage_start().await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    store.outage_end(outage).await;
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(
+        first.status(),
+        201,
+        "the first client gets the upstream's answer"
+    );
+    let replay = replay_within(&gw.base, path, &k, Duration::from_secs(10)).await;
+    assert_eq!(replay.status(), 201);
+    assert_eq!(up.count(), 1, "the upstream ran once");
+    gw.stop().await;
+    store.cleanup().await;
+}
+
+/// The store is gone for longer than the lease (1 s) while a 4 s call runs: retries get
+/// `503`, `409` or `outcome-unknown`, never a second execution, and once the outcome lands
+/// they get the replay.
+async fn store_gone_longer_than_the_lease(backend: Backend) {
+    let Some(store) = Store::new(backend).await else {
+        return;
+    };
+    let up = upstream().await;
+    let gw = gateway(&up.base, &store.url, |c| {
+        store.configure(c);
+        c.defaults.lease_ttl = Some("1s".into());
+    })
+    .await;
+    let k = key();
+    let path = "/payments?delay_ms=4000";
+    let first = tokio::spawn(post(&gw.base, path, Some(&k), "{}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let outage = store.outage_start().await;
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    while started.elapsed() < Duration::from_millis(2700) {
+        seen.push(retry_status(&gw.base, path, &k).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    store.outage_end(outage).await;
+    while !first.is_finished() {
+        seen.push(retry_status(&gw.base, path, &k).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        seen.iter().all(|s| [409, 500, 503].contains(s)),
+        "retries during the call: {seen:?}"
+    );
+    assert_eq!(first.await.unwrap().unwrap().status(), 201);
+    replay_within(&gw.base, path, &k, Duration::from_secs(10)).await;
+    assert_eq!(up.count(), 1, "never a second execution");
+    gw.stop().await;
+    store.cleanup().await;
+}
+
+/// A store that accepts connections and never answers: `503` within the store deadline
+/// (2 s, plus slack), and nothing is forwarded, then or later.
+async fn black_hole_store_answers_503_in_time(backend: Backend) {
+    let Some(store) = Store::new(backend).await else {
+        return;
+    };
+    let up = upstream().await;
+    let gw = gateway(&up.base, &store.url, |c| store.configure(c)).await;
+    assert_eq!(
+        post(&gw.base, "/payments", Some(&key()), "{}")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+    store.relay().black_hole();
+    let k = key();
+    let started = Instant::now();
+    let resp = post(&gw.base, "/payments", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert_problem(resp, 503, "store-unavailable").await;
+    assert!(waited < Duration::from_secs(8), "answered after {waited:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        up.count(),
+        1,
+        "the refused request was never forwarded late"
+    );
+    store.relay().start_again();
+    assert_eq!(status_once_recovered(&gw.base).await, 201);
+    gw.stop().await;
+    store.cleanup().await;
+}
+
+/// A completed record damaged behind the gateway's back answers `record-corrupt`, never a
+/// replay; the upstream is not called again.
+async fn damaged_records_are_never_replayed(backend: Backend) {
+    let Some(store) = Store::new(backend).await else {
+        return;
+    };
+    let up = upstream().await;
+    let gw = gateway(&up.base, &store.url, |c| store.configure(c)).await;
+    for damage in [
+        Damage::TruncateBody,
+        Damage::InvalidStatus,
+        Damage::DropHeaders,
+    ] {
+        let k = key();
+        let first = post(&gw.base, "/payments", Some(&k), "{\"amount\":1}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(first.status(), 201);
+        let runs = up.count();
+        store.damage(&k, damage).await;
+        let resp = post(&gw.base, "/payments", Some(&k), "{\"amount\":1}")
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            resp.headers().get("idempotent-replayed").is_none(),
+            "{damage:?} replayed"
+        );
+        assert_problem(resp, 500, "record-corrupt").await;
+        assert_eq!(up.count(), runs, "{damage:?}: not run again");
+    }
+    gw.stop().await;
+    store.cleanup().await;
+}
+
+/// Retries `path` with key `k` until it is a replay, or panics after `within`.
+async fn replay_within(base: &str, path: &str, k: &str, within: Duration) -> reqwest::Response {
+    let started = Instant::now();
+    loop {
+        let resp = post(base, path, Some(k), "{}").send().await.unwrap();
+        if resp.headers().get("idempotent-replayed").is_some() {
+            return resp;
+        }
+        let status = resp.status().as_u16();
+        assert!([409, 500, 503].contains(&status), "a retry got {status}");
+        assert!(started.elapsed() < within, "no replay within {within:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The status of a retry, or `0` for a replay (the outcome landed): never a fresh `201`.
+async fn retry_status(base: &str, path: &str, k: &str) -> u16 {
+    let resp = post(base, path, Some(k), "{}").send().await.unwrap();
+    match resp.headers().get("idempotent-replayed") {
+        Some(_) => 0,
+        None => resp.status().as_u16(),
+    }
+}
+
+macro_rules! on_every_store {
+    ($($case:ident),*) => {
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(super::Backend::Sqlite).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(super::Backend::Postgres).await })*
+        }
+        mod redis {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(super::Backend::Redis).await })*
+        }
+    };
+}
+
+on_every_store!(
+    store_blip_while_the_upstream_answers,
+    store_gone_longer_than_the_lease,
+    damaged_records_are_never_replayed
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn black_hole_postgres_answers_503_in_time() {
+    black_hole_store_answers_503_in_time(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn black_hole_redis_answers_503_in_time() {
+    black_hole_store_answers_503_in_time(Backend::Redis).await;
+}

@@ -1,0 +1,269 @@
+//! The glue between a covered HTTP request and the core lifecycle: begin, forward under the
+//! lease, classify the response by the route's status rules, record the outcome.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{HeaderMap, Request, Response};
+use http_body::Body;
+use idemgate_core::lifecycle::{Answer, Begin, Holder, Outcome};
+use idemgate_core::{
+    BoxError, Fingerprint, IdempotencyStore, Lifecycle, ScopedKey, StoredResponse,
+};
+use tokio::sync::oneshot;
+
+use crate::admission::{content_length, fingerprint_of};
+use crate::body::{boxed, buffer_up_to, chain, full, BoxBody, Buffered};
+use crate::headers::{headers_to_store, replay, IDEMPOTENT_TAKEOVER};
+use crate::lease::{not_sent, LeaseHandle};
+use crate::policy::{Policy, RoutePolicy, StatusAction};
+use crate::rejection::IdempotencyRejection;
+use crate::service::pass_through;
+
+/// Everything about a covered request that the detached task needs.
+pub(crate) struct Covered {
+    pub(crate) scope: ScopedKey,
+    pub(crate) label: String,
+    pub(crate) fingerprint: Fingerprint,
+    /// The request body, to fingerprint it again for a record of another algorithm version.
+    pub(crate) body: Bytes,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) route: Arc<RoutePolicy>,
+}
+
+impl Covered {
+    fn reject(&self, r: IdempotencyRejection) -> Response<BoxBody> {
+        rejection(&self.label, &self.policy.problem_type_base, r)
+    }
+}
+
+/// Where the client's answer goes.
+type Reply<E> = oneshot::Sender<Result<Response<BoxBody>, E>>;
+
+/// Steps 4 and 5, in the detached task: begin, then run and record, or answer.
+pub(crate) async fn run<S, St, ResB>(
+    inner: S,
+    lifecycle: Lifecycle<St>,
+    covered: Covered,
+    request: Request<BoxBody>,
+    reply: Reply<S::Error>,
+) where
+    S: tower::Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+    St: IdempotencyStore,
+{
+    let rp = &covered.route;
+    // Borrow the parts, not the request: its body is not `Sync`.
+    let parts = (request.method(), request.uri(), request.headers());
+    let refingerprint =
+        |version| fingerprint_of(parts, &covered.scope.route, rp, &covered.body, version);
+    let begun = lifecycle
+        .begin(
+            &covered.scope,
+            covered.fingerprint,
+            &rp.plan(),
+            refingerprint,
+        )
+        .await;
+    let answer = match begun {
+        Begin::Run(holder) => {
+            let outcome = if holder.takeover {
+                "takeover"
+            } else {
+                "acquired"
+            };
+            count(&covered.label, outcome);
+            return execute(inner, &lifecycle, &covered, holder, request, reply).await;
+        }
+        Begin::Answer(Answer::Unavailable(_) | Answer::Overloaded) if rp.fail_open => {
+            tracing::warn!(route = %covered.label, "store unavailable; forwarding unrecorded (fail_open)");
+            count(&covered.label, "fail_open");
+            let _ = reply.send(pass_through(inner, request).await);
+            return;
+        }
+        Begin::Answer(a) => a,
+    };
+    let response = match answer {
+        Answer::Replay(stored) => match replay(&stored) {
+            Ok(r) => {
+                count(&covered.label, "replayed");
+                r
+            }
+            Err(e) => {
+                tracing::error!(route = %covered.label, error = %e, "stored response cannot be replayed");
+                covered.reject(IdempotencyRejection::RecordCorrupt)
+            }
+        },
+        other => covered.reject(rejection_for(other, rp)),
+    };
+    let _ = reply.send(Ok(response));
+}
+
+/// The problem answer for a lifecycle answer other than a replay.
+fn rejection_for(answer: Answer, rp: &RoutePolicy) -> IdempotencyRejection {
+    match answer {
+        Answer::NotReplayable { status } => IdempotencyRejection::ResponseNotKept {
+            original_status: status,
+        },
+        Answer::InFlight { retry_after_ms } => IdempotencyRejection::RequestInFlight {
+            retry_after_secs: retry_after_ms.div_ceil(1000).max(1),
+        },
+        Answer::Mismatch => IdempotencyRejection::FingerprintMismatch {
+            status: rp.mismatch_status,
+        },
+        Answer::PreviousFailed => IdempotencyRejection::PreviousAttemptFailed,
+        Answer::OutcomeUnknown => IdempotencyRejection::OutcomeUnknown,
+        Answer::Corrupt | Answer::Replay(_) => IdempotencyRejection::RecordCorrupt,
+        Answer::Unavailable(_) | Answer::Overloaded => IdempotencyRejection::StoreUnavailable,
+    }
+}
+
+/// Forwards under the holder's lease, answers the client, and records the outcome.
+async fn execute<S, St, ResB>(
+    mut inner: S,
+    lifecycle: &Lifecycle<St>,
+    covered: &Covered,
+    holder: Holder,
+    mut request: Request<BoxBody>,
+    reply: Reply<S::Error>,
+) where
+    S: tower::Service<Request<BoxBody>, Response = Response<ResB>>,
+    S::Error: 'static,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+    St: IdempotencyStore,
+{
+    let rp = &covered.route;
+    let handle = LeaseHandle::new(holder.lease.clone(), holder.takeover);
+    request.extensions_mut().insert(handle.clone());
+    if holder.takeover {
+        let takeover = HeaderValue::from_static("true");
+        request.headers_mut().insert(IDEMPOTENT_TAKEOVER, takeover);
+    }
+    let response = match lifecycle.hold(&holder, inner.call(request)).await {
+        Ok(r) if handle.is_completed() => return drop(reply.send(Ok(r.map(boxed)))),
+        Err(e) if handle.is_completed() => return drop(reply.send(Err(e))),
+        Ok(r) => r,
+        Err(e) => {
+            let outcome = if not_sent(&e) {
+                Outcome::Release
+            } else {
+                Outcome::Fail
+            };
+            return settle(lifecycle, &holder, outcome, reply, Err(e)).await;
+        }
+    };
+    let (parts, body) = response.into_parts();
+    let body = boxed(body);
+    match rp.action_for(parts.status) {
+        StatusAction::Release => {
+            let answer = Ok(Response::from_parts(parts, body));
+            return settle(lifecycle, &holder, Outcome::Release, reply, answer).await;
+        }
+        StatusAction::Fail => {
+            let answer = Ok(Response::from_parts(parts, body));
+            return settle(lifecycle, &holder, Outcome::Fail, reply, answer).await;
+        }
+        StatusAction::Store => {}
+    }
+    let cap = rp.max_stored_response_bytes;
+    let stored = |body: Bytes, replayable: bool| StoredResponse {
+        status: parts.status.as_u16(),
+        headers: headers_to_store(&parts.headers, &rp.replay_deny_headers),
+        body,
+        replayable,
+    };
+    if is_streaming(&parts.headers)
+        || content_length(&parts.headers).is_some_and(|n| n > cap as u64)
+    {
+        let outcome = Outcome::Complete(stored(Bytes::new(), false));
+        let answer = Ok(Response::from_parts(parts, body));
+        return settle(lifecycle, &holder, outcome, reply, answer).await;
+    }
+    let (outcome, answer) = match lifecycle.hold(&holder, buffer_up_to(body, cap)).await {
+        Buffered::Complete(bytes) => (
+            Outcome::Complete(stored(bytes.clone(), true)),
+            Response::from_parts(parts, full(bytes)),
+        ),
+        Buffered::Exceeded { prefix, rest } => (
+            Outcome::Complete(stored(Bytes::new(), false)),
+            Response::from_parts(parts, chain(prefix, rest)),
+        ),
+        Buffered::Failed(e) => {
+            tracing::warn!(error = %e, route = %covered.label, "upstream response broke off; failing the record");
+            let broke = IdempotencyRejection::UpstreamResponseFailed;
+            (
+                Outcome::Fail,
+                broke.into_response(&covered.policy.problem_type_base),
+            )
+        }
+    };
+    settle(lifecycle, &holder, outcome, reply, Ok(answer)).await
+}
+
+/// Records `outcome` and answers the client once it landed or the store deadline passed,
+/// whichever comes first; then keeps recording until the outcome lands (the lifecycle
+/// retries and renews the lease meanwhile), so a store blip never leaves a live holder's
+/// record to lapse.
+async fn settle<St: IdempotencyStore, T>(
+    lifecycle: &Lifecycle<St>,
+    holder: &Holder,
+    outcome: Outcome,
+    reply: oneshot::Sender<T>,
+    answer: T,
+) {
+    let finish = lifecycle.finish(holder, outcome);
+    tokio::pin!(finish);
+    let deadline = lifecycle.config().store_timeout;
+    let landed = tokio::time::timeout(deadline, &mut finish).await.is_ok();
+    // The client may have gone; the outcome is recorded either way.
+    let _ = reply.send(answer);
+    if !landed {
+        finish.await;
+    }
+}
+
+/// Responses that stream by nature are delivered unbuffered and not kept.
+fn is_streaming(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+/// The problem response for `r`, counted under `route`.
+pub(crate) fn rejection(
+    route: &str,
+    type_base: &str,
+    r: IdempotencyRejection,
+) -> Response<BoxBody> {
+    count(route, outcome_label(&r));
+    r.into_response(type_base)
+}
+
+fn outcome_label(r: &IdempotencyRejection) -> &'static str {
+    match r {
+        IdempotencyRejection::RequestInFlight { .. } => "conflict",
+        IdempotencyRejection::FingerprintMismatch { .. } => "mismatch",
+        IdempotencyRejection::StoreUnavailable => "store_unavailable",
+        IdempotencyRejection::PreviousAttemptFailed => "previous_failed",
+        IdempotencyRejection::ResponseNotKept { .. } => "not_kept",
+        IdempotencyRejection::OutcomeUnknown => "outcome_unknown",
+        IdempotencyRejection::RecordCorrupt => "record_corrupt",
+        _ => "rejected",
+    }
+}
+
+/// Counts one request under `idempotency_requests_total{outcome, route}`.
+pub(crate) fn count(route: &str, outcome: &'static str) {
+    metrics::counter!("idempotency_requests_total", "outcome" => outcome, "route" => route.to_owned())
+        .increment(1);
+}

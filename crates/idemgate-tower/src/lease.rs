@@ -1,0 +1,83 @@
+//! What the inner service sees of the lease, and how it says a request was not sent.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use idemgate_core::{BoxError, Lease};
+
+/// An error of the inner service that means the request never reached the operation (for
+/// example a refused connection): the record is released so the same key can be retried.
+/// Any other inner error fails the record, because the operation may have run.
+///
+/// Return it (or an error whose `source()` chain holds it, boxed as [`BoxError`]) from the
+/// inner service.
+#[derive(Debug, thiserror::Error)]
+#[error("the request was not sent: {0}")]
+pub struct NotSent(#[source] pub BoxError);
+
+/// The lease under which the inner service runs, in its request's extensions.
+///
+/// A service that completes the record itself, in the same database transaction as its
+/// business rows (`PostgresStore::complete_using` in `idemgate-postgres`), calls
+/// [`LeaseHandle::mark_completed`] after its commit; the middleware then writes no outcome of
+/// its own. With axum, take it as `Extension<LeaseHandle>`.
+#[derive(Clone, Debug)]
+pub struct LeaseHandle(Arc<LeaseState>);
+
+#[derive(Debug)]
+struct LeaseState {
+    lease: Lease,
+    takeover: bool,
+    completed: AtomicBool,
+}
+
+impl LeaseHandle {
+    pub(crate) fn new(lease: Lease, takeover: bool) -> Self {
+        Self(Arc::new(LeaseState {
+            lease,
+            takeover,
+            completed: AtomicBool::new(false),
+        }))
+    }
+
+    /// The lease: pass it to the store's `complete_using`.
+    pub fn lease(&self) -> &Lease {
+        &self.0.lease
+    }
+
+    /// True when this request took over a record whose earlier attempt's lease lapsed: that
+    /// attempt may have run (the request also carries `Idempotent-Takeover: true`).
+    pub fn is_takeover(&self) -> bool {
+        self.0.takeover
+    }
+
+    /// Says the record was completed by the service itself (call it after the commit).
+    pub fn mark_completed(&self) {
+        self.0.completed.store(true, Ordering::SeqCst);
+    }
+
+    /// True once [`LeaseHandle::mark_completed`] was called.
+    pub fn is_completed(&self) -> bool {
+        self.0.completed.load(Ordering::SeqCst)
+    }
+}
+
+/// True when the inner error says the request never reached the operation.
+pub(crate) fn not_sent<E: 'static>(e: &E) -> bool {
+    let any = e as &dyn Any;
+    if any.is::<NotSent>() {
+        return true;
+    }
+    let Some(boxed) = any.downcast_ref::<BoxError>() else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(boxed.as_ref());
+    while let Some(e) = source {
+        if e.is::<NotSent>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
