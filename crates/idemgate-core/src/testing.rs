@@ -23,9 +23,11 @@ use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest};
 
 mod cases;
 mod damage;
+mod expiry;
 
 pub use cases::*;
 pub use damage::*;
+pub use expiry::*;
 
 /// A key unique to this process and call.
 pub fn unique_key(principal: &str) -> ScopedKey {

@@ -112,7 +112,9 @@ pub async fn run_with_store(
     .with_graceful_shutdown(stopped(stop_rx))
     .await?;
     // Operations whose clients left still run; let them finish and record their outcome
-    // (bounded by the upstream timeout), or their keys would be retried after the lease.
+    // (bounded by the upstream timeout, plus 5 s for outcome writes that are still being
+    // retried), or their retries would get `outcome-unknown`. A write cut off here is logged
+    // and counted (`idempotency_outcome_abandoned_total{reason="shutdown"}`).
     detached.close();
     let grace = config.upstream_timeout + Duration::from_secs(5);
     if tokio::time::timeout(grace, detached.wait()).await.is_err() {

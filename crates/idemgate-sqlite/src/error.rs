@@ -98,6 +98,21 @@ impl SqliteStoreError {
     }
 }
 
+impl SqliteStoreError {
+    /// True when SQLite answered "busy" or "locked": the same call may succeed later.
+    pub(crate) fn is_busy(&self) -> bool {
+        let e = match self {
+            Self::Sqlite(e) => e,
+            Self::Transaction(e) => e.as_ref(),
+            _ => return false,
+        };
+        matches!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        )
+    }
+}
+
 fn unavailable_code(e: &rusqlite::Error) -> bool {
     matches!(
         e.sqlite_error_code(),

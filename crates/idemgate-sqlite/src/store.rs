@@ -243,7 +243,7 @@ impl SqliteStore {
     async fn read<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        F: Fn(&Connection) -> Result<T> + Send + 'static,
     {
         match &self.readers {
             Some(readers) => Ok(readers.run(op).await?),

@@ -28,8 +28,9 @@ impl Pending {
 
     /// Counts one outcome write of `bytes` until the guard drops.
     pub(super) fn enter(self: &Arc<Self>, bytes: usize) -> PendingGuard {
-        self.count.fetch_add(1, Ordering::Relaxed);
+        let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        metrics::gauge!("idempotency_pending_outcomes").set(count as f64);
         PendingGuard {
             pending: self.clone(),
             bytes,
@@ -58,7 +59,8 @@ impl PendingGuard {
 
 impl Drop for PendingGuard {
     fn drop(&mut self) {
-        self.pending.count.fetch_sub(1, Ordering::Relaxed);
+        let count = self.pending.count.fetch_sub(1, Ordering::Relaxed) - 1;
+        metrics::gauge!("idempotency_pending_outcomes").set(count as f64);
         self.pending.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
         if !self.settled {
             tracing::error!(

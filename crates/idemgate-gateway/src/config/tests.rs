@@ -1,4 +1,7 @@
 use super::*;
+use http::StatusCode;
+use idemgate_core::LeaseExpiredPolicy;
+use idemgate_tower::PrincipalSource;
 
 fn parse(text: &str) -> Config {
     toml::from_str(text).unwrap()
@@ -132,4 +135,40 @@ fn routes_inherit_defaults_and_override() {
     assert_eq!(rp.record_ttl, Duration::from_secs(86400));
     assert!(!v.policy.default_route().key_required);
     assert_eq!(v.store, StoreUrl::Memory);
+}
+
+#[test]
+fn a_lapsed_lease_means_outcome_unknown_unless_a_route_says_otherwise() {
+    let c = parse(
+        "upstream = \"http://127.0.0.1:3000\"\nstore_timeout = \"500ms\"\nmax_pending_outcomes = 8\n\
+         [[routes]]\nroute = \"POST /likes\"\nlease_expired = \"takeover\"\n",
+    );
+    let v = c.validate().unwrap();
+    assert_eq!(
+        v.policy.default_route().lease_expired,
+        LeaseExpiredPolicy::Unknown
+    );
+    let (_, likes) = v.policy.routes().next().unwrap();
+    assert_eq!(likes.lease_expired, LeaseExpiredPolicy::Takeover);
+    assert_eq!(
+        v.policy.lifecycle.store_timeout,
+        std::time::Duration::from_millis(500)
+    );
+    assert_eq!(v.policy.lifecycle.max_pending_outcomes, 8);
+
+    let bad = parse(
+        "upstream = \"http://127.0.0.1:3000\"\nstore_timeout = \"soon\"\nmax_pending_outcomes = 0\n\
+         [defaults]\nlease_expired = \"retry\"\n",
+    );
+    let errs = bad.validate().unwrap_err();
+    for field in [
+        "store_timeout",
+        "max_pending_outcomes",
+        "defaults.lease_expired",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(field)),
+            "{field} missing in {errs:#?}"
+        );
+    }
 }

@@ -158,6 +158,99 @@ async fn damaged_records_are_never_replayed(backend: Backend) {
     store.cleanup().await;
 }
 
+/// What [`retry_after_a_crash`] leaves: the restarted gateway and what the retry got.
+struct Crashed {
+    up: Upstream,
+    resp: reqwest::Response,
+    k: String,
+    gw: Process,
+    store: Store,
+    _dir: tempfile::TempDir,
+}
+
+/// Kills the gateway (SIGKILL) while the upstream runs a request, restarts it on the same
+/// store with `lease_expired`, and returns what a retry after the lease (1 s) got.
+async fn retry_after_a_crash(backend: Backend, lease_expired: &str) -> Option<Crashed> {
+    let store = Store::new(backend).await?;
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemgate.toml");
+    let policy = format!("[defaults]\nlease_ttl = \"1s\"\nlease_expired = \"{lease_expired}\"\n");
+    std::fs::write(&config, format!("{}{policy}", store.toml())).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let k = key();
+    let mut gw = spawn_binary_on(&listen, &up.base, &config).await;
+    let first = tokio::spawn(post(&gw.base, CRASH_PATH, Some(&k), "{}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(up.count(), 1, "the first request reached the upstream");
+    gw.child.kill().unwrap(); // SIGKILL: no outcome is written, the lease is not renewed
+    gw.child.wait().unwrap();
+    assert!(first.await.unwrap().is_err());
+
+    let gw = spawn_binary_on(&listen, &up.base, &config).await;
+    let resp = post(&gw.base, CRASH_PATH, Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409, "the dead holder's lease still counts");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let resp = post(&gw.base, CRASH_PATH, Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    Some(Crashed {
+        up,
+        resp,
+        k,
+        gw,
+        store,
+        _dir: dir,
+    })
+}
+
+const CRASH_PATH: &str = "/payments?delay_ms=2000";
+
+async fn a_crashed_holder_means_outcome_unknown_by_default(backend: Backend) {
+    let Some(c) = retry_after_a_crash(backend, "unknown").await else {
+        return;
+    };
+    assert_problem(c.resp, 500, "outcome-unknown").await;
+    let again = post(&c.gw.base, CRASH_PATH, Some(&c.k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(again, 500, "outcome-unknown").await;
+    assert_eq!(c.up.count(), 1, "the operation ran once");
+    drop(c.gw);
+    c.store.cleanup().await;
+}
+
+async fn a_crashed_holder_is_taken_over_when_the_route_says_so(backend: Backend) {
+    let Some(c) = retry_after_a_crash(backend, "takeover").await else {
+        return;
+    };
+    assert_eq!(c.resp.status(), 201, "taken over after the lease expired");
+    assert!(c.resp.headers().get("idempotent-replayed").is_none());
+    assert_eq!(c.up.count(), 2);
+    assert_eq!(
+        c.up.last_headers()["idempotent-takeover"],
+        "true",
+        "the upstream is told"
+    );
+    let replay = post(&c.gw.base, CRASH_PATH, Some(&c.k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    drop(c.gw);
+    c.store.cleanup().await;
+}
+
 /// Retries `path` with key `k` until it is a replay, or panics after `within`.
 async fn replay_within(base: &str, path: &str, k: &str, within: Duration) -> reqwest::Response {
     let started = Instant::now();
@@ -200,6 +293,8 @@ macro_rules! on_every_store {
 }
 
 on_every_store!(
+    a_crashed_holder_means_outcome_unknown_by_default,
+    a_crashed_holder_is_taken_over_when_the_route_says_so,
     store_blip_while_the_upstream_answers,
     store_gone_longer_than_the_lease,
     damaged_records_are_never_replayed

@@ -84,6 +84,16 @@ impl Store {
         }
     }
 
+    /// The gateway config file's lines for this store.
+    pub(crate) fn toml(&self) -> String {
+        let ns = &self.namespace;
+        match self.backend {
+            Backend::Postgres => format!("store = \"{}\"\nstore_table = \"{ns}\"\n", self.url),
+            Backend::Redis => format!("store = \"{}\"\nstore_key_prefix = \"{ns}:\"\n", self.url),
+            Backend::Sqlite => format!("store = \"{}\"\n", self.url),
+        }
+    }
+
     /// The relay in front of the server (PostgreSQL and Redis only).
     pub(crate) fn relay(&self) -> &Relay {
         self.relay.as_ref().expect("a server store")
