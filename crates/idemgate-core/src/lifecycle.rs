@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::engine::{decide, Decision, DecisionPolicy};
@@ -166,6 +167,8 @@ pub struct Lifecycle<St> {
     store: Arc<St>,
     config: LifecycleConfig,
     pending: Arc<Pending>,
+    /// Permits for follow-ups of inserts whose answer was lost ([`reclaim`]).
+    reclaims: Arc<Semaphore>,
 }
 
 impl<St> Clone for Lifecycle<St> {
@@ -174,6 +177,7 @@ impl<St> Clone for Lifecycle<St> {
             store: self.store.clone(),
             config: self.config.clone(),
             pending: self.pending.clone(),
+            reclaims: self.reclaims.clone(),
         }
     }
 }
@@ -202,6 +206,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             store,
             config,
             pending: Arc::default(),
+            reclaims: Arc::new(Semaphore::new(reclaim::MAX_RECLAIMS)),
         }
     }
 
@@ -272,9 +277,10 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         })
     }
 
-    /// One insert-or-get under the store deadline. On a timeout the call goes on in the
-    /// background, and a record it inserted is released with its own lease, so a request
-    /// that was never forwarded never reads as `outcome-unknown`.
+    /// One insert-or-get under the store deadline. When its answer is lost (a timeout: the
+    /// call goes on in the background; or a backend error after the statement may have been
+    /// sent), a record it inserted is released with its own lease, so a request that was
+    /// never forwarded never reads as `outcome-unknown`.
     async fn insert(
         &self,
         req: InsertRequest,
@@ -290,9 +296,14 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         let out = tokio::time::timeout(self.config.store_timeout, &mut call).await;
         self.observe("insert_or_get", started);
         match out {
+            Ok(Err(StoreError::Corrupt { detail })) => Err(StoreError::Corrupt { detail }),
+            Ok(Err(e)) => {
+                self.reclaim(None::<std::future::Ready<_>>, &key, token);
+                Err(e)
+            }
             Ok(done) => done,
             Err(_) => {
-                tokio::spawn(reclaim::reclaim(self.clone(), call, key, token));
+                self.reclaim(Some(call), &key, token);
                 Err(StoreError::Timeout)
             }
         }

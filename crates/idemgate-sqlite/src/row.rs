@@ -54,7 +54,7 @@ fn decode(row: &Row<'_>, key: &ScopedKey) -> rusqlite::Result<RawRecord> {
             1 => Some(true),
             _ => None,
         }),
-        checksum: blob(row, 10)?.map(<[u8]>::to_vec),
+        checksum: checksum(row, 10)?,
         created_at: int(row, 11)?,
         completed_at: int(row, 12)?,
         expires_at: int(row, 13)?,
@@ -72,6 +72,17 @@ fn blob<'r>(row: &'r Row<'_>, idx: usize) -> rusqlite::Result<Option<&'r [u8]>> 
     Ok(match row.get_ref(idx)? {
         ValueRef::Blob(b) => Some(b),
         _ => None,
+    })
+}
+
+/// The checksum: `None` only when NULL (a record from before checksums); a value of another
+/// type is kept as an empty checksum, which never matches, so the record reads as corrupt
+/// instead of passing as a record without one.
+fn checksum(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>> {
+    Ok(match row.get_ref(idx)? {
+        ValueRef::Null => None,
+        ValueRef::Blob(b) => Some(b.to_vec()),
+        _ => Some(Vec::new()),
     })
 }
 

@@ -119,6 +119,9 @@ async fn undecodable_columns_are_corrupt() {
         ("response_body", "NULL", "body"),
         ("replayable", "7", "replayable"),
         ("expires_at", "'soon'", "expires_at"),
+        // a checksum of another type is not "no checksum": it fails like a wrong one
+        ("response_checksum", "hex(response_checksum)", "checksum"),
+        ("response_checksum", "42", "checksum"),
     ] {
         let k = unique_key("alice");
         let lease = insert(&s, &k).await;

@@ -19,6 +19,10 @@ struct Faulty {
     down: AtomicBool,
     hang: AtomicBool,
     refuse_take_overs: AtomicUsize,
+    /// The insert lands, but its answer is lost (the connection broke after sending).
+    lose_insert_reply: AtomicBool,
+    /// With `lose_insert_reply`: the store goes down right after.
+    down_after_insert: AtomicBool,
     calls: AtomicUsize,
 }
 
@@ -26,7 +30,7 @@ impl Faulty {
     async fn fault(&self) -> Result<(), StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.hang.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
+            tokio::time::sleep(HANG).await;
         }
         if self.down.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable("store down".into()));
@@ -38,7 +42,14 @@ impl Faulty {
 impl IdempotencyStore for Faulty {
     async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
         self.fault().await?;
-        self.inner.insert_or_get(req).await
+        let found = self.inner.insert_or_get(req).await;
+        if self.lose_insert_reply.load(Ordering::SeqCst) {
+            if self.down_after_insert.swap(false, Ordering::SeqCst) {
+                self.down.store(true, Ordering::SeqCst);
+            }
+            return Err(StoreError::Unavailable("connection closed".into()));
+        }
+        found
     }
     async fn take_over(
         &self,
@@ -122,6 +133,8 @@ async fn answer(e: &Lifecycle<Faulty>, key: &ScopedKey, p: &RoutePlan) -> Answer
 }
 
 const LEASE: Duration = Duration::from_secs(10);
+/// How long a hung store call takes to answer after all.
+const HANG: Duration = Duration::from_secs(200);
 
 #[tokio::test(start_paused = true)]
 async fn a_second_request_while_the_first_runs_gets_409_then_the_replay() {
@@ -319,8 +332,8 @@ async fn a_store_that_hangs_answers_unavailable_within_the_deadline_and_the_inse
     ));
     assert_eq!(started.elapsed(), e.config().store_timeout);
     s.hang.store(false, Ordering::SeqCst);
-    // the hung insert lands an hour later; its record is released, not left to lapse
-    tokio::time::sleep(Duration::from_secs(3601)).await;
+    // the hung insert lands minutes later; its record is released, not left to lapse
+    tokio::time::sleep(HANG + Duration::from_secs(1)).await;
     assert!(
         s.inner.get(&k).await.unwrap().is_none(),
         "orphaned insert released"
@@ -329,29 +342,39 @@ async fn a_store_that_hangs_answers_unavailable_within_the_deadline_and_the_inse
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_store_error_after_an_insert_is_reclaimed_by_its_token() {
+async fn an_insert_whose_reply_was_lost_is_released_by_its_token() {
     let (e, s) = engine();
-    let k = unique_key("alice");
-    let token = LeaseToken::random();
-    let lease = s
-        .inner
-        .insert_or_get(&InsertRequest {
-            key: k.clone(),
-            fingerprint: fp(1),
-            token,
-            lease_ttl: LEASE,
-            record_ttl: LEASE * 100,
-        })
-        .await
-        .unwrap();
-    assert!(matches!(lease, InsertOutcome::Inserted(_)));
-    s.down.store(true, Ordering::SeqCst);
-    let failed = async { Err::<(InsertRequest, InsertOutcome), _>(StoreError::Timeout) };
-    let reclaim = tokio::spawn(reclaim::reclaim(e.clone(), failed, k.clone(), token));
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (k, p) = (unique_key("alice"), RoutePlan::default());
+    s.lose_insert_reply.store(true, Ordering::SeqCst);
+    assert!(matches!(answer(&e, &k, &p).await, Answer::Unavailable(_)));
+    s.lose_insert_reply.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        s.inner.get(&k).await.unwrap().is_none(),
+        "the orphan is released"
+    );
+    assert!(
+        matches!(begin(&e, &k, &p).await, Begin::Run(_)),
+        "the retry runs, once"
+    );
+
+    // the store goes down right after losing the reply: released once it answers again
+    let k2 = unique_key("alice");
+    s.lose_insert_reply.store(true, Ordering::SeqCst);
+    s.down_after_insert.store(true, Ordering::SeqCst);
+    assert!(matches!(answer(&e, &k2, &p).await, Answer::Unavailable(_)));
+    s.lose_insert_reply.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        s.inner.get(&k2).await.unwrap().is_some(),
+        "kept while the store is down"
+    );
     s.down.store(false, Ordering::SeqCst);
-    reclaim.await.unwrap();
-    assert!(s.inner.get(&k).await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        s.inner.get(&k2).await.unwrap().is_none(),
+        "released when it is back"
+    );
 }
 
 #[tokio::test(start_paused = true)]
