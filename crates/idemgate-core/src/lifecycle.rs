@@ -47,7 +47,7 @@ mod reclaim;
 #[cfg(test)]
 mod tests;
 
-pub use outcome::{Finished, Outcome};
+pub use outcome::{Finished, Outcome, PendingOutcome};
 use pending::Pending;
 
 /// How many insert/decide/take-over rounds [`Lifecycle::begin`] tries while the record keeps
@@ -64,7 +64,7 @@ pub struct LifecycleConfig {
     /// Outcome writes not yet landed (store down or slow) past which new requests get
     /// [`Answer::Overloaded`] instead of running. Defaults to 1,024.
     pub max_pending_outcomes: usize,
-    /// Bytes of responses held by pending outcome writes past which new requests get
+    /// Bytes of responses held by outcome writes being retried past which new requests get
     /// [`Answer::Overloaded`]. Defaults to 64 MiB.
     pub max_pending_outcome_bytes: usize,
 }
@@ -193,7 +193,7 @@ impl<St> Lifecycle<St> {
         &self.config
     }
 
-    /// Outcome writes not yet landed, and the response bytes they hold.
+    /// Outcome writes being retried, and the response bytes they hold.
     pub fn pending_outcomes(&self) -> (usize, usize) {
         self.pending.load()
     }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
+use http::response::Parts;
 use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use idemgate_core::lifecycle::{Answer, Begin, Holder, Outcome};
@@ -122,7 +123,16 @@ fn rejection_for(answer: Answer, rp: &RoutePolicy) -> IdempotencyRejection {
     }
 }
 
-/// Forwards under the holder's lease, answers the client, and records the outcome.
+/// What the upstream sent: its body buffered for the record, or left to stream.
+enum Received {
+    /// Not kept (released or failed status, a stream, or too large by `Content-Length`).
+    Streamed(BoxBody),
+    /// Read for the record (up to the route's cap).
+    Buffered(Buffered),
+}
+
+/// Forwards under the holder's lease (renewed once, across the call and the reading of the
+/// body), answers the client, and records the outcome.
 async fn execute<S, St, ResB>(
     mut inner: S,
     lifecycle: &Lifecycle<St>,
@@ -144,69 +154,85 @@ async fn execute<S, St, ResB>(
         let takeover = HeaderValue::from_static("true");
         request.headers_mut().insert(IDEMPOTENT_TAKEOVER, takeover);
     }
-    let response = match lifecycle.hold(&holder, inner.call(request)).await {
-        Ok(r) if handle.is_completed() => return drop(reply.send(Ok(r.map(boxed)))),
+    let cap = rp.max_stored_response_bytes;
+    let forwarded = lifecycle.hold(&holder, async {
+        let (parts, body) = inner.call(request).await?.into_parts();
+        let body = boxed(body);
+        let keep = rp.action_for(parts.status) == StatusAction::Store
+            && !is_streaming(&parts.headers)
+            && content_length(&parts.headers).is_none_or(|n| n <= cap as u64);
+        let received = match keep {
+            true => Received::Buffered(buffer_up_to(body, cap).await),
+            false => Received::Streamed(body),
+        };
+        Ok((parts, received))
+    });
+    let (parts, received) = match forwarded.await {
+        Ok((parts, received)) if handle.is_completed() => {
+            let (_, answer) = record(covered, parts, received);
+            return drop(reply.send(Ok(answer)));
+        }
         Err(e) if handle.is_completed() => return drop(reply.send(Err(e))),
-        Ok(r) => r,
+        Ok(forwarded) => forwarded,
         Err(e) => {
-            let outcome = if not_sent(&e) {
-                Outcome::Release
-            } else {
-                Outcome::Fail
+            let outcome = match not_sent(&e) {
+                true => Outcome::Release,
+                false => Outcome::Fail,
             };
             return settle(lifecycle, &holder, outcome, reply, Err(e)).await;
         }
     };
-    let (parts, body) = response.into_parts();
-    let body = boxed(body);
-    match rp.action_for(parts.status) {
-        StatusAction::Release => {
-            let answer = Ok(Response::from_parts(parts, body));
-            return settle(lifecycle, &holder, Outcome::Release, reply, answer).await;
-        }
-        StatusAction::Fail => {
-            let answer = Ok(Response::from_parts(parts, body));
-            return settle(lifecycle, &holder, Outcome::Fail, reply, answer).await;
-        }
-        StatusAction::Store => {}
-    }
-    let cap = rp.max_stored_response_bytes;
+    let (outcome, answer) = record(covered, parts, received);
+    settle(lifecycle, &holder, outcome, reply, Ok(answer)).await
+}
+
+/// The outcome to record for what the upstream sent, by the route's status rules, and the
+/// response for the client.
+fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Response<BoxBody>) {
+    let rp = &covered.route;
     let stored = |body: Bytes, replayable: bool| StoredResponse {
         status: parts.status.as_u16(),
         headers: headers_to_store(&parts.headers, &rp.replay_deny_headers),
         body,
         replayable,
     };
-    if is_streaming(&parts.headers)
-        || content_length(&parts.headers).is_some_and(|n| n > cap as u64)
-    {
-        let outcome = Outcome::Complete(stored(Bytes::new(), false));
-        let answer = Ok(Response::from_parts(parts, body));
-        return settle(lifecycle, &holder, outcome, reply, answer).await;
-    }
-    let (outcome, answer) = match lifecycle.hold(&holder, buffer_up_to(body, cap)).await {
-        Buffered::Complete(bytes) => (
-            Outcome::Complete(stored(bytes.clone(), true)),
-            Response::from_parts(parts, full(bytes)),
-        ),
-        Buffered::Exceeded { prefix, rest } => (
+    let (outcome, body) = match (rp.action_for(parts.status), received) {
+        (StatusAction::Release, r) => (Outcome::Release, unbuffered(r)),
+        (StatusAction::Fail, r) => (Outcome::Fail, unbuffered(r)),
+        (StatusAction::Store, Received::Streamed(body)) => {
+            (Outcome::Complete(stored(Bytes::new(), false)), body)
+        }
+        (StatusAction::Store, Received::Buffered(Buffered::Complete(bytes))) => {
+            (Outcome::Complete(stored(bytes.clone(), true)), full(bytes))
+        }
+        (StatusAction::Store, Received::Buffered(Buffered::Exceeded { prefix, rest })) => (
             Outcome::Complete(stored(Bytes::new(), false)),
-            Response::from_parts(parts, chain(prefix, rest)),
+            chain(prefix, rest),
         ),
-        Buffered::Failed(e) => {
+        (StatusAction::Store, Received::Buffered(Buffered::Failed(e))) => {
             tracing::warn!(error = %e, route = %covered.label, "upstream response broke off; failing the record");
             let broke = IdempotencyRejection::UpstreamResponseFailed;
-            (
+            return (
                 Outcome::Fail,
                 broke.into_response(&covered.policy.problem_type_base),
-            )
+            );
         }
     };
-    settle(lifecycle, &holder, outcome, reply, Ok(answer)).await
+    (outcome, Response::from_parts(parts, body))
 }
 
-/// Records `outcome` and answers the client once it landed or the store deadline passed,
-/// whichever comes first; then keeps recording until the outcome lands (the lifecycle
+/// The body of a response that was not kept (only kept responses are buffered).
+fn unbuffered(received: Received) -> BoxBody {
+    match received {
+        Received::Streamed(body) => body,
+        Received::Buffered(Buffered::Complete(bytes)) => full(bytes),
+        Received::Buffered(Buffered::Exceeded { prefix, rest }) => chain(prefix, rest),
+        Received::Buffered(Buffered::Failed(_)) => full(Bytes::new()),
+    }
+}
+
+/// Records `outcome` and answers the client once the first attempt ended (it is bounded by
+/// the store deadline); if it did not land, keeps recording until it does (the lifecycle
 /// retries and renews the lease meanwhile), so a store blip never leaves a live holder's
 /// record to lapse.
 async fn settle<St: IdempotencyStore, T>(
@@ -216,14 +242,11 @@ async fn settle<St: IdempotencyStore, T>(
     reply: oneshot::Sender<T>,
     answer: T,
 ) {
-    let finish = lifecycle.finish(holder, outcome);
-    tokio::pin!(finish);
-    let deadline = lifecycle.config().store_timeout;
-    let landed = tokio::time::timeout(deadline, &mut finish).await.is_ok();
+    let pending = lifecycle.try_finish(holder, outcome).await;
     // The client may have gone; the outcome is recorded either way.
     let _ = reply.send(answer);
-    if !landed {
-        finish.await;
+    if let Err(pending) = pending {
+        pending.retry().await;
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::pending::PendingGuard;
 use super::{Holder, Lifecycle};
 use crate::record::{Lease, RecordState, StoredResponse};
 use crate::store::{IdempotencyStore, StoreError};
@@ -49,6 +50,36 @@ impl Outcome {
     }
 }
 
+/// An outcome write whose first attempt did not land (from [`Lifecycle::try_finish`]).
+#[derive(Debug)]
+pub struct PendingOutcome<'a, St> {
+    lifecycle: &'a Lifecycle<St>,
+    holder: &'a Holder,
+    outcome: Outcome,
+    guard: PendingGuard,
+}
+
+impl<St: IdempotencyStore> PendingOutcome<'_, St> {
+    /// Retries the write, renewing the lease meanwhile, until it lands (see
+    /// [`Lifecycle::finish`]).
+    ///
+    /// # Cancel safety
+    /// As for [`Lifecycle::finish`]: a write dropped before it landed is logged and counted.
+    pub async fn retry(mut self) -> Finished {
+        let (lifecycle, holder) = (self.lifecycle, self.holder);
+        let write = lifecycle.write(holder, &self.outcome, true);
+        let finished = lifecycle.renewing(holder, write).await;
+        self.guard.settle();
+        finished
+    }
+}
+
+fn lease_lost(lease: &Lease, outcome: &Outcome) -> Finished {
+    metrics::counter!("idempotency_lease_lost_total").increment(1);
+    tracing::warn!(op = outcome.name(), route = %lease.key.route, "outcome refused: the lease is no longer held");
+    Finished::LeaseLost
+}
+
 /// How [`Lifecycle::finish`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finished {
@@ -82,34 +113,68 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     /// A write dropped before it landed (shutdown's deadline) is logged and counted
     /// (`idempotency_outcome_abandoned_total{reason="shutdown"}`).
     pub async fn finish(&self, holder: &Holder, outcome: Outcome) -> Finished {
-        let mut guard = self.pending.enter(outcome.bytes());
-        guard.what = outcome.name();
-        let finished = self.renewing(holder, self.write(holder, &outcome)).await;
-        guard.settle();
-        finished
+        match self.try_finish(holder, outcome).await {
+            Ok(finished) => finished,
+            Err(pending) => pending.retry().await,
+        }
     }
 
-    pub(super) async fn write(&self, holder: &Holder, outcome: &Outcome) -> Finished {
+    /// One attempt at the outcome write, under the store deadline: for front doors that
+    /// answer their client before retrying. `Err` holds the write, counted as pending
+    /// ([`LifecycleConfig::max_pending_outcomes`](super::LifecycleConfig)); its
+    /// [`PendingOutcome::retry`] goes on as [`Lifecycle::finish`] does.
+    pub async fn try_finish<'a>(
+        &'a self,
+        holder: &'a Holder,
+        outcome: Outcome,
+    ) -> Result<Finished, PendingOutcome<'a, St>> {
+        match self.attempt(&holder.lease, &outcome).await {
+            Ok(()) => Ok(Finished::Landed),
+            Err(StoreError::LeaseLost) => Ok(lease_lost(&holder.lease, &outcome)),
+            Err(e) => {
+                tracing::warn!(op = outcome.name(), error = %e, "outcome write failed; retrying");
+                let mut guard = self.pending.enter(outcome.bytes());
+                guard.what = outcome.name();
+                Err(PendingOutcome {
+                    lifecycle: self,
+                    holder,
+                    outcome,
+                    guard,
+                })
+            }
+        }
+    }
+
+    async fn attempt(&self, lease: &Lease, outcome: &Outcome) -> Result<(), StoreError> {
+        match outcome {
+            Outcome::Complete(r) => self.timed("complete", self.store.complete(lease, r)).await,
+            Outcome::Fail => self.timed("fail", self.store.fail(lease)).await,
+            Outcome::Release => self.timed("release", self.store.release(lease)).await,
+        }
+    }
+
+    /// Retries `outcome` until it lands. `failed_before`: an earlier attempt got no answer
+    /// (it may have landed nevertheless), so the first retry waits the first backoff.
+    pub(super) async fn write(
+        &self,
+        holder: &Holder,
+        outcome: &Outcome,
+        failed_before: bool,
+    ) -> Finished {
         let lease = &holder.lease;
         let mut delay = FIRST_BACKOFF;
-        // Set once an attempt failed without an answer: it may have landed nevertheless.
-        let mut ambiguous = false;
+        let mut ambiguous = failed_before;
+        if failed_before {
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+        }
         for attempt in 1.. {
-            let written = match outcome {
-                Outcome::Complete(r) => self.timed("complete", self.store.complete(lease, r)).await,
-                Outcome::Fail => self.timed("fail", self.store.fail(lease)).await,
-                Outcome::Release => self.timed("release", self.store.release(lease)).await,
-            };
-            match written {
+            match self.attempt(lease, outcome).await {
                 Ok(()) => return Finished::Landed,
                 Err(StoreError::LeaseLost) if ambiguous && self.landed(lease, outcome).await => {
                     return Finished::Landed
                 }
-                Err(StoreError::LeaseLost) => {
-                    metrics::counter!("idempotency_lease_lost_total").increment(1);
-                    tracing::warn!(op = outcome.name(), route = %lease.key.route, "outcome refused: the lease is no longer held");
-                    return Finished::LeaseLost;
-                }
+                Err(StoreError::LeaseLost) => return lease_lost(lease, outcome),
                 Err(e) => {
                     ambiguous = true;
                     if Instant::now() + delay >= holder.record_deadline {

@@ -80,7 +80,7 @@ async fn release<St: IdempotencyStore>(lifecycle: &Lifecycle<St>, lease: Lease) 
         lease_ttl: Duration::from_secs(1),
         record_deadline: Instant::now() + SEARCH_FOR,
     };
-    let done = lifecycle.write(&holder, &Outcome::Release).await;
+    let done = lifecycle.write(&holder, &Outcome::Release, false).await;
     tracing::info!(%route, outcome = ?done, "released the record of an insert whose answer was lost");
     metrics::counter!("idempotency_reclaimed_total").increment(1);
 }
