@@ -31,7 +31,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         F: Future<Output = Result<(InsertRequest, InsertOutcome), StoreError>> + Send + 'static,
     {
         let Ok(permit) = self.reclaims.clone().try_acquire_owned() else {
-            tracing::error!(route = %key.route, "too many failed inserts to follow up; a record may be left in progress");
+            tracing::warn!(route = %key.route, "too many failed inserts to follow up; a record may be left in progress");
             metrics::counter!("idempotency_reclaim_skipped_total").increment(1);
             return;
         };
@@ -93,7 +93,7 @@ async fn search<St: IdempotencyStore>(
     token: LeaseToken,
 ) -> Option<Lease> {
     let until = Instant::now() + SEARCH_FOR;
-    let mut delay = Duration::from_millis(50);
+    let mut delay = Duration::from_millis(200);
     while Instant::now() < until {
         match lifecycle.timed("get", lifecycle.store.get(key)).await {
             Ok(Some(r)) if r.state == RecordState::InProgress && r.lease_token == Some(token) => {
@@ -107,7 +107,8 @@ async fn search<St: IdempotencyStore>(
             Ok(_) => return None,
             Err(_) => {
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
+                // Many follow-ups may wait on a store that is down: poll it gently.
+                delay = (delay * 2).min(Duration::from_secs(5));
             }
         }
     }
