@@ -18,10 +18,12 @@ use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest, StoreError};
 /// Most reclaims running at once; past it a failed insert is not followed up (logged and
 /// counted), so a long outage under load cannot pile up tasks.
 pub(super) const MAX_RECLAIMS: usize = 1024;
-/// How long a timed-out store call is awaited before the record is looked for instead.
-const AWAIT_CALL: Duration = Duration::from_secs(30);
-/// How long the search for an orphaned record goes on.
+/// How long the follow-up goes on.
 const SEARCH_FOR: Duration = Duration::from_secs(600);
+/// The first wait before looking the key up; doubled up to [`MAX_LOOK_INTERVAL`].
+const FIRST_LOOK: Duration = Duration::from_millis(200);
+/// The longest wait between lookups.
+const MAX_LOOK_INTERVAL: Duration = Duration::from_secs(5);
 
 impl<St: IdempotencyStore> Lifecycle<St> {
     /// Follows up an insert that failed without a clear answer: awaits `call` if it still
@@ -49,25 +51,32 @@ async fn reclaim<St, F>(
     St: IdempotencyStore,
     F: Future<Output = Result<(InsertRequest, InsertOutcome), StoreError>>,
 {
-    // The call's own answer, if it comes in time.
+    // While the call may still land, its answer is awaited and the key looked up in turn,
+    // so an orphan is released as soon as the store answers, well before its lease lapses.
     let mut call = call.map(Box::pin);
-    if let Some(pending) = call.as_mut() {
-        match tokio::time::timeout(AWAIT_CALL, pending).await {
-            Ok(Ok((_, InsertOutcome::Inserted(lease)))) => return release(&lifecycle, lease).await,
-            Ok(Ok((_, InsertOutcome::Existing { .. }))) => return,
-            Ok(Err(_)) => call = None,
-            Err(_) => {} // still running: look, then keep waiting
+    let until = Instant::now() + SEARCH_FOR;
+    let mut delay = FIRST_LOOK;
+    while Instant::now() < until {
+        if let Some(pending) = call.as_mut() {
+            match tokio::time::timeout(delay, pending).await {
+                Ok(Ok((_, InsertOutcome::Inserted(lease)))) => {
+                    return release(&lifecycle, lease).await
+                }
+                Ok(Ok((_, InsertOutcome::Existing { .. }))) => return,
+                Ok(Err(_)) => call = None,
+                Err(_) => {}
+            }
+        } else {
+            tokio::time::sleep(delay).await;
         }
-    }
-    if let Some(lease) = search(&lifecycle, &key, token).await {
-        return release(&lifecycle, lease).await;
-    }
-    let late = match call {
-        Some(pending) => tokio::time::timeout(SEARCH_FOR, pending).await,
-        None => return,
-    };
-    if let Ok(Ok((_, InsertOutcome::Inserted(lease)))) = late {
-        release(&lifecycle, lease).await;
+        match look(&lifecycle, &key, token).await {
+            Looked::Ours(lease) => return release(&lifecycle, lease).await,
+            // Not there (or another's): done, unless the call may still insert it.
+            Looked::NotOurs if call.is_none() => return,
+            Looked::NotOurs | Looked::NoAnswer => {}
+        }
+        // Many follow-ups may wait on a store that is down: poll it gently.
+        delay = (delay * 2).min(MAX_LOOK_INTERVAL);
     }
 }
 
@@ -85,32 +94,31 @@ async fn release<St: IdempotencyStore>(lifecycle: &Lifecycle<St>, lease: Lease) 
     metrics::counter!("idempotency_reclaimed_total").increment(1);
 }
 
-/// Reads the key until the store answers: the lease if the record is `in_progress` under
-/// `token`.
-async fn search<St: IdempotencyStore>(
+/// What one lookup of the key found.
+enum Looked {
+    /// The record is `in_progress` under this request's token: the lease to release it.
+    Ours(Lease),
+    /// No record, or one that is not this request's.
+    NotOurs,
+    /// The store did not answer.
+    NoAnswer,
+}
+
+async fn look<St: IdempotencyStore>(
     lifecycle: &Lifecycle<St>,
     key: &ScopedKey,
     token: LeaseToken,
-) -> Option<Lease> {
-    let until = Instant::now() + SEARCH_FOR;
-    let mut delay = Duration::from_millis(200);
-    while Instant::now() < until {
-        match lifecycle.timed("get", lifecycle.store.get(key)).await {
-            Ok(Some(r)) if r.state == RecordState::InProgress && r.lease_token == Some(token) => {
-                return Some(Lease {
-                    key: key.clone(),
-                    fence: r.fence,
-                    token,
-                    expires_at: r.lease_expires_at.unwrap_or(0),
-                })
-            }
-            Ok(_) => return None,
-            Err(_) => {
-                tokio::time::sleep(delay).await;
-                // Many follow-ups may wait on a store that is down: poll it gently.
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
+) -> Looked {
+    match lifecycle.timed("get", lifecycle.store.get(key)).await {
+        Ok(Some(r)) if r.state == RecordState::InProgress && r.lease_token == Some(token) => {
+            Looked::Ours(Lease {
+                key: key.clone(),
+                fence: r.fence,
+                token,
+                expires_at: r.lease_expires_at.unwrap_or(0),
+            })
         }
+        Ok(_) => Looked::NotOurs,
+        Err(_) => Looked::NoAnswer,
     }
-    None
 }

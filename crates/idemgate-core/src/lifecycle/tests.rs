@@ -1,100 +1,16 @@
 //! Lifecycle tests on the memory store under a paused tokio clock: no real sleeps.
 
-use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+
+mod faulty;
 use crate::engine::LeaseExpiredPolicy;
-use crate::memory::MemoryStore;
-use crate::record::{RecordState, UnixMillis};
+use crate::record::RecordState;
 use crate::testing::{damage_memory, fp, response, unique_key, Damage};
-
-/// The memory store with faults a test switches on: every call fails (`down`), every call
-/// hangs (`hang`), or the next `take_over`s report a changed record.
-#[derive(Debug, Default)]
-struct Faulty {
-    inner: MemoryStore,
-    down: AtomicBool,
-    hang: AtomicBool,
-    refuse_take_overs: AtomicUsize,
-    /// The insert lands, but its answer is lost (the connection broke after sending).
-    lose_insert_reply: AtomicBool,
-    /// With `lose_insert_reply`: the store goes down right after.
-    down_after_insert: AtomicBool,
-    calls: AtomicUsize,
-}
-
-impl Faulty {
-    async fn fault(&self) -> Result<(), StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        if self.hang.load(Ordering::SeqCst) {
-            tokio::time::sleep(HANG).await;
-        }
-        if self.down.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("store down".into()));
-        }
-        Ok(())
-    }
-}
-
-impl IdempotencyStore for Faulty {
-    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
-        self.fault().await?;
-        let found = self.inner.insert_or_get(req).await;
-        if self.lose_insert_reply.load(Ordering::SeqCst) {
-            if self.down_after_insert.swap(false, Ordering::SeqCst) {
-                self.down.store(true, Ordering::SeqCst);
-            }
-            return Err(StoreError::Unavailable("connection closed".into()));
-        }
-        found
-    }
-    async fn take_over(
-        &self,
-        seen: &IdempotencyRecord,
-        token: LeaseToken,
-        ttl: Duration,
-    ) -> Result<Option<Lease>, StoreError> {
-        self.fault().await?;
-        let refuse = self.refuse_take_overs.load(Ordering::SeqCst);
-        if refuse > 0 {
-            self.refuse_take_overs.store(refuse - 1, Ordering::SeqCst);
-            return Ok(None);
-        }
-        self.inner.take_over(seen, token, ttl).await
-    }
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis, StoreError> {
-        self.fault().await?;
-        self.inner.renew(lease, ttl).await
-    }
-    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<(), StoreError> {
-        self.fault().await?;
-        self.inner.complete(lease, r).await
-    }
-    async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.fault().await?;
-        self.inner.fail(lease).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.fault().await?;
-        self.inner.release(lease).await
-    }
-    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.fault().await?;
-        self.inner.get(key).await
-    }
-    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        self.inner.purge_expired(batch).await
-    }
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.fault().await
-    }
-    fn backend(&self) -> &'static str {
-        "faulty-memory"
-    }
-}
+use faulty::Faulty;
 
 fn engine() -> (Lifecycle<Faulty>, Arc<Faulty>) {
     let store = Arc::new(Faulty::default());
@@ -134,7 +50,7 @@ async fn answer(e: &Lifecycle<Faulty>, key: &ScopedKey, p: &RoutePlan) -> Answer
 
 const LEASE: Duration = Duration::from_secs(10);
 /// How long a hung store call takes to answer after all.
-const HANG: Duration = Duration::from_secs(200);
+pub(super) const HANG: Duration = Duration::from_secs(200);
 
 #[tokio::test(start_paused = true)]
 async fn a_second_request_while_the_first_runs_gets_409_then_the_replay() {
@@ -374,6 +290,29 @@ async fn an_insert_whose_reply_was_lost_is_released_by_its_token() {
     assert!(
         s.inner.get(&k2).await.unwrap().is_none(),
         "released when it is back"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_insert_whose_reply_never_comes_is_released_before_its_lease_lapses() {
+    let (e, s) = engine();
+    let (k, p) = (unique_key("alice"), RoutePlan::default());
+    s.lose_insert_reply.store(true, Ordering::SeqCst);
+    s.swallow_insert_reply.store(true, Ordering::SeqCst);
+    assert!(matches!(
+        answer(&e, &k, &p).await,
+        Answer::Unavailable(StoreError::Timeout)
+    ));
+    s.lose_insert_reply.store(false, Ordering::SeqCst);
+    // the hung call never ends; the lookup finds the orphan and releases it
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        s.inner.get(&k).await.unwrap().is_none(),
+        "released within seconds"
+    );
+    assert!(
+        matches!(begin(&e, &k, &p).await, Begin::Run(_)),
+        "the retry runs, once"
     );
 }
 
