@@ -167,3 +167,71 @@ macro_rules! store_conformance {
         )*
     };
 }
+
+/// Implements [`IdempotencyStore`] for a test wrapper (one that cleans its namespace up on
+/// drop) by delegating every method to its field `$field`. With `on_insert = method`, the
+/// wrapper's `method(&key)` is called before each `insert_or_get` (e.g. to remember keys to
+/// delete).
+#[macro_export]
+macro_rules! delegate_store {
+    ($ty:ty, $field:ident $(, on_insert = $hook:ident)?) => {
+        impl $crate::IdempotencyStore for $ty {
+            async fn insert_or_get(
+                &self,
+                req: &$crate::InsertRequest,
+            ) -> ::std::result::Result<$crate::InsertOutcome, $crate::StoreError> {
+                $(self.$hook(&req.key);)?
+                self.$field.insert_or_get(req).await
+            }
+            async fn take_over(
+                &self,
+                seen: &$crate::IdempotencyRecord,
+                token: $crate::LeaseToken,
+                lease_ttl: ::std::time::Duration,
+            ) -> ::std::result::Result<::std::option::Option<$crate::Lease>, $crate::StoreError> {
+                self.$field.take_over(seen, token, lease_ttl).await
+            }
+            async fn renew(
+                &self,
+                lease: &$crate::Lease,
+                ttl: ::std::time::Duration,
+            ) -> ::std::result::Result<$crate::UnixMillis, $crate::StoreError> {
+                self.$field.renew(lease, ttl).await
+            }
+            async fn complete(
+                &self,
+                lease: &$crate::Lease,
+                r: &$crate::StoredResponse,
+            ) -> ::std::result::Result<(), $crate::StoreError> {
+                self.$field.complete(lease, r).await
+            }
+            async fn fail(&self, lease: &$crate::Lease) -> ::std::result::Result<(), $crate::StoreError> {
+                self.$field.fail(lease).await
+            }
+            async fn release(
+                &self,
+                lease: &$crate::Lease,
+            ) -> ::std::result::Result<(), $crate::StoreError> {
+                self.$field.release(lease).await
+            }
+            async fn get(
+                &self,
+                key: &$crate::ScopedKey,
+            ) -> ::std::result::Result<::std::option::Option<$crate::IdempotencyRecord>, $crate::StoreError> {
+                self.$field.get(key).await
+            }
+            async fn purge_expired(
+                &self,
+                batch: ::std::num::NonZeroU32,
+            ) -> ::std::result::Result<u64, $crate::StoreError> {
+                self.$field.purge_expired(batch).await
+            }
+            async fn ping(&self) -> ::std::result::Result<(), $crate::StoreError> {
+                self.$field.ping().await
+            }
+            fn backend(&self) -> &'static str {
+                self.$field.backend()
+            }
+        }
+    };
+}

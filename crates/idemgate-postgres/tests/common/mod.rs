@@ -2,15 +2,10 @@
 //! drops its table when the test ends (passed or failed).
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::num::NonZeroU32;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use idemgate_core::{
-    IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
-    ScopedKey, StoreError, StoredResponse, UnixMillis,
-};
 use idemgate_postgres::PostgresStore;
 use sqlx::{Connection, PgConnection};
 
@@ -116,43 +111,7 @@ fn drop_sql(name: &str) -> String {
     )
 }
 
-impl IdempotencyStore for TestStore {
-    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
-        self.store.insert_or_get(req).await
-    }
-    async fn take_over(
-        &self,
-        seen: &IdempotencyRecord,
-        token: LeaseToken,
-        ttl: Duration,
-    ) -> Result<Option<Lease>, StoreError> {
-        self.store.take_over(seen, token, ttl).await
-    }
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis, StoreError> {
-        self.store.renew(lease, ttl).await
-    }
-    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<(), StoreError> {
-        self.store.complete(lease, r).await
-    }
-    async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.store.fail(lease).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.store.release(lease).await
-    }
-    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.store.get(key).await
-    }
-    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        self.store.purge_expired(batch).await
-    }
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.store.ping().await
-    }
-    fn backend(&self) -> &'static str {
-        self.store.backend()
-    }
-}
+idemgate_core::delegate_store!(TestStore, store);
 
 /// Drops the store's table and its migrations table (for stores not made by
 /// [`fresh_store`]).

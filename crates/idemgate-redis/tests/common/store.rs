@@ -119,44 +119,7 @@ fn delete_cluster(nodes: &[String], keys: &BTreeSet<String>) -> redis::RedisResu
     Ok(())
 }
 
-impl IdempotencyStore for TestStore {
-    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
-        self.track(&req.key);
-        self.store.insert_or_get(req).await
-    }
-    async fn take_over(
-        &self,
-        seen: &IdempotencyRecord,
-        token: LeaseToken,
-        lease_ttl: Duration,
-    ) -> Result<Option<Lease>, StoreError> {
-        self.store.take_over(seen, token, lease_ttl).await
-    }
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis, StoreError> {
-        self.store.renew(lease, ttl).await
-    }
-    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<(), StoreError> {
-        self.store.complete(lease, r).await
-    }
-    async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.store.fail(lease).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.store.release(lease).await
-    }
-    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.store.get(key).await
-    }
-    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        self.store.purge_expired(batch).await
-    }
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.store.ping().await
-    }
-    fn backend(&self) -> &'static str {
-        self.store.backend()
-    }
-}
+idemgate_core::delegate_store!(TestStore, store, on_insert = track);
 
 /// A plain connection to one server or a cluster, for looking behind the store's back.
 #[derive(Clone)]

@@ -4,16 +4,12 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::error::Error as _;
-use std::num::NonZeroU32;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use idemgate_core::testing::{fp, request, Damage};
-use idemgate_core::{
-    IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
-    ScopedKey, StoreError, StoredResponse, UnixMillis,
-};
+use idemgate_core::{IdempotencyStore, InsertOutcome, Lease, ScopedKey, StoreError};
 use idemgate_sqlite::{SqliteOptions, SqliteStore, SqliteStoreError};
 use rusqlite::{params, Connection};
 use tempfile::TempDir;
@@ -56,43 +52,7 @@ impl Deref for TempStore {
     }
 }
 
-impl IdempotencyStore for TempStore {
-    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
-        self.store.insert_or_get(req).await
-    }
-    async fn take_over(
-        &self,
-        seen: &IdempotencyRecord,
-        token: LeaseToken,
-        lease_ttl: Duration,
-    ) -> Result<Option<Lease>, StoreError> {
-        self.store.take_over(seen, token, lease_ttl).await
-    }
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis, StoreError> {
-        self.store.renew(lease, ttl).await
-    }
-    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<(), StoreError> {
-        self.store.complete(lease, r).await
-    }
-    async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.store.fail(lease).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.store.release(lease).await
-    }
-    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {
-        self.store.get(key).await
-    }
-    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64, StoreError> {
-        self.store.purge_expired(batch).await
-    }
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.store.ping().await
-    }
-    fn backend(&self) -> &'static str {
-        self.store.backend()
-    }
-}
+idemgate_core::delegate_store!(TempStore, store);
 
 /// Inserts `k` (fingerprint 1, 60 s lease, 24 h TTL) and returns the lease.
 pub(crate) async fn insert(s: &impl IdempotencyStore, k: &ScopedKey) -> Lease {
