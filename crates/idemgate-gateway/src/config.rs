@@ -66,6 +66,8 @@ pub struct Config {
     pub defaults: RouteConfig,
     /// Per-route policies; fields left out inherit `[defaults]`.
     pub routes: Vec<RouteConfig>,
+    /// How bearer tokens are verified for `principal = "jwt:CLAIM"`. Default: absent.
+    pub jwt: Option<JwtConfig>,
 }
 
 impl Default for Config {
@@ -91,6 +93,7 @@ impl Default for Config {
             purge_batch: 1000,
             defaults: RouteConfig::builtin(),
             routes: Vec::new(),
+            jwt: None,
         }
     }
 }
@@ -207,7 +210,9 @@ impl Config {
         if defaults.route.is_some() {
             errs.push("defaults.route: routes belong in [[routes]]".into());
         }
-        let default_route = route_policy("defaults", &defaults, &mut errs);
+        let jwt = self.jwt.as_ref().map(|j| j.verifier(&mut errs));
+        let jwt = Jwt::new(self.jwt.is_some(), jwt.flatten());
+        let default_route = route_policy("defaults", &defaults, &jwt, &mut errs);
         let mut policy =
             Policy::default().with_default_route(default_route.clone().unwrap_or_default());
         policy.header_name = header_name.unwrap_or(HeaderName::from_static("idempotency-key"));
@@ -223,7 +228,7 @@ impl Config {
         };
         for (i, r) in self.routes.iter().enumerate() {
             let field = format!("routes[{i}]");
-            let rp = route_policy(&field, &r.or(&inherited), &mut errs);
+            let rp = route_policy(&field, &r.or(&inherited), &jwt, &mut errs);
             let Some(template) = &r.route else {
                 errs.push(format!("{field}.route: missing (e.g. \"POST /payments\")"));
                 continue;
@@ -310,6 +315,10 @@ fn unknown_keys(table: &toml::Table) -> Vec<String> {
         };
         match (key.as_str(), value) {
             ("defaults", toml::Value::Table(t)) => route_keys(t, "defaults", &mut found),
+            ("jwt", toml::Value::Table(t)) => {
+                let keys = t.iter().filter(|(k, v)| unknown::<JwtConfig>(k, v));
+                found.extend(keys.map(|(k, _)| format!("`jwt.{k}`")));
+            }
             ("routes", toml::Value::Array(items)) => {
                 for (i, item) in items.iter().enumerate() {
                     if let toml::Value::Table(t) = item {
@@ -364,9 +373,11 @@ fn duration(field: &str, value: &str, errs: &mut Vec<String>) -> Option<Duration
         .ok()
 }
 
+mod jwt;
 mod route;
 #[cfg(test)]
 mod tests;
 
-use route::route_policy;
+pub use jwt::JwtConfig;
 pub use route::RouteConfig;
+use route::{route_policy, Jwt};

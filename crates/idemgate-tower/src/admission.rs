@@ -1,36 +1,96 @@
 //! Admission of a covered request: its principal, its body and its fingerprint.
 
 use http::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use idemgate_core::fingerprint::{Fingerprint, FingerprintInput, FingerprintOptions};
 use sha2::{Digest, Sha256};
 
+use crate::jwt::TokenError;
 use crate::policy::{PrincipalSource, RoutePolicy};
+use crate::rejection::IdempotencyRejection;
 
-/// The caller a record belongs to, from the route's principal source (`None`: no caller).
-pub(crate) fn principal_of(headers: &HeaderMap, source: &PrincipalSource) -> Option<String> {
+/// The caller a record belongs to, from the route's principal source: `Ok(None)` when the
+/// request names no caller.
+///
+/// # Errors
+/// [`IdempotencyRejection::AmbiguousPrincipal`] when the principal header (the
+/// `Authorization` header for a JWT source) appears more than once, or, for a header source,
+/// holds a comma-separated list (RFC 9110 §5.3: repeated lines and a list are the same
+/// field); [`IdempotencyRejection::InvalidToken`] when a JWT source's token is refused.
+pub(crate) fn principal_of(
+    headers: &HeaderMap,
+    source: &PrincipalSource,
+) -> Result<Option<String>, IdempotencyRejection> {
     match source {
-        PrincipalSource::AuthorizationHash => {
-            let mut values = headers
-                .get_all(AUTHORIZATION)
-                .iter()
-                .filter(|v| !v.as_bytes().trim_ascii().is_empty())
-                .peekable();
-            values.peek()?;
-            let mut h = Sha256::new();
-            for v in values {
-                h.update(v.as_bytes());
-                h.update(b"\n");
+        PrincipalSource::AuthorizationHash => Ok(authorization_hash(headers)),
+        PrincipalSource::Header(name) => {
+            let Some(value) = single(headers, name)? else {
+                return Ok(None);
+            };
+            let Some(v) = value.to_str().ok().map(str::trim) else {
+                return Ok(None);
+            };
+            if v.contains(',') {
+                return Err(ambiguous(name));
             }
-            Some(format!("auth:{}", hex::encode(&h.finalize()[..16])))
+            Ok((!v.is_empty()).then(|| format!("hdr:{v}")))
         }
-        PrincipalSource::Header(name) => headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(|v| format!("hdr:{v}")),
+        PrincipalSource::Jwt { claim, verifier } => {
+            let Some(value) = single(headers, &AUTHORIZATION)? else {
+                return Ok(None);
+            };
+            let invalid = IdempotencyRejection::InvalidToken;
+            let v = value.to_str().map_err(|_| invalid(TokenError::NotBearer))?;
+            let v = v.trim();
+            if v.is_empty() {
+                return Ok(None);
+            }
+            let token = bearer_token(v).ok_or(invalid(TokenError::NotBearer))?;
+            verifier.principal(token, claim).map(Some).map_err(invalid)
+        }
     }
+}
+
+/// SHA-256 of every non-empty `Authorization` value, as `auth:<hex>`.
+fn authorization_hash(headers: &HeaderMap) -> Option<String> {
+    let mut values = headers
+        .get_all(AUTHORIZATION)
+        .iter()
+        .filter(|v| !v.as_bytes().trim_ascii().is_empty())
+        .peekable();
+    values.peek()?;
+    let mut h = Sha256::new();
+    for v in values {
+        h.update(v.as_bytes());
+        h.update(b"\n");
+    }
+    Some(format!("auth:{}", hex::encode(&h.finalize()[..16])))
+}
+
+/// The one value of header `name`, if any; a repeated header is ambiguous.
+fn single<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<&'a HeaderValue>, IdempotencyRejection> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(ambiguous(name));
+    }
+    Ok(first)
+}
+
+fn ambiguous(name: &HeaderName) -> IdempotencyRejection {
+    IdempotencyRejection::AmbiguousPrincipal {
+        header: name.to_string(),
+    }
+}
+
+/// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// The request's fingerprint by algorithm `version` (`None` if this build does not know it).
@@ -80,3 +140,6 @@ pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
         .parse()
         .ok()
 }
+
+#[cfg(test)]
+mod tests;

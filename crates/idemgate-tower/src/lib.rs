@@ -9,12 +9,14 @@ mod admission;
 pub mod body;
 mod execute;
 pub mod headers;
+pub mod jwt;
 mod layer;
 mod lease;
 pub mod policy;
 pub mod rejection;
 mod service;
 
+pub use jwt::{JwtVerifier, TokenError};
 pub use layer::IdempotencyLayer;
 pub use lease::{LeaseHandle, NotSent};
 pub use policy::{parse_method, Policy, PrincipalSource, RoutePolicy, StatusAction, StatusPattern};

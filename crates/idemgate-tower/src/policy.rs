@@ -8,6 +8,8 @@ use http::{HeaderName, Method, StatusCode};
 use idemgate_core::engine::{DecisionPolicy, LeaseExpiredPolicy};
 use idemgate_core::lifecycle::{LifecycleConfig, RoutePlan};
 
+use crate::jwt::JwtVerifier;
+
 /// Where the principal (the caller a record belongs to) comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum PrincipalSource {
@@ -15,7 +17,18 @@ pub enum PrincipalSource {
     #[default]
     AuthorizationHash,
     /// The value of a header set by the authentication layer in front (e.g. `x-user-id`).
+    /// A request carrying it more than once, or as a comma-separated list, gets `400`
+    /// `ambiguous-principal`.
     Header(HeaderName),
+    /// A claim (e.g. `sub`) of the `Authorization: Bearer` JWT, verified by `verifier`
+    /// (RFC 7519, RFC 6750); an invalid token gets `401` `invalid-token`. The principal is
+    /// `jwt:<claim>:<hash>` (see [`crate::jwt`]), so a refreshed token keeps the scope.
+    Jwt {
+        /// The claim naming the caller: a string or an integer.
+        claim: String,
+        /// The verifier holding the keys, loaded once.
+        verifier: Arc<JwtVerifier>,
+    },
 }
 
 /// A status code or a class of them: `503` or `5xx`.

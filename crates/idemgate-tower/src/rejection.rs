@@ -4,11 +4,12 @@
 //! section of `docs/errors.md` that explains the error and what the client should do.
 
 use bytes::Bytes;
-use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{Response, StatusCode};
 use idemgate_core::KeyError;
 
 use crate::body::BoxBody;
+use crate::jwt::TokenError;
 
 /// Why idemgate answered a request itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,15 @@ pub enum IdempotencyRejection {
     InvalidKey(KeyError),
     /// `401`: a covered request carries no principal.
     MissingPrincipal,
+    /// `400`: the principal header appears more than once or holds a comma-separated list,
+    /// so the caller is ambiguous.
+    AmbiguousPrincipal {
+        /// The principal header's name.
+        header: String,
+    },
+    /// `401` with `WWW-Authenticate: Bearer error="invalid_token"` (RFC 6750 §3.1): the
+    /// route's principal is a JWT claim and the bearer token is refused.
+    InvalidToken(TokenError),
     /// `413`: the request body exceeds the limit.
     BodyTooLarge {
         /// The limit, in bytes.
@@ -70,7 +80,8 @@ impl IdempotencyRejection {
             Self::MissingKey { .. } | Self::InvalidKey(_) | Self::BodyUnreadable => {
                 StatusCode::BAD_REQUEST
             }
-            Self::MissingPrincipal => StatusCode::UNAUTHORIZED,
+            Self::MissingPrincipal | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            Self::AmbiguousPrincipal { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestInFlight { .. } => StatusCode::CONFLICT,
             Self::FingerprintMismatch { status } => *status,
@@ -90,6 +101,8 @@ impl IdempotencyRejection {
             Self::MissingKey { .. } => "missing-key",
             Self::InvalidKey(_) => "invalid-key",
             Self::MissingPrincipal => "missing-principal",
+            Self::AmbiguousPrincipal { .. } => "ambiguous-principal",
+            Self::InvalidToken(_) => "invalid-token",
             Self::BodyTooLarge { .. } => "body-too-large",
             Self::BodyUnreadable => "body-unreadable",
             Self::RequestInFlight { .. } => "request-in-flight",
@@ -110,6 +123,8 @@ impl IdempotencyRejection {
             Self::MissingKey { .. } => "Idempotency key required",
             Self::InvalidKey(_) => "Invalid idempotency key",
             Self::MissingPrincipal => "Authentication required",
+            Self::AmbiguousPrincipal { .. } => "Ambiguous principal",
+            Self::InvalidToken(_) => "Invalid bearer token",
             Self::BodyTooLarge { .. } => "Request body too large",
             Self::BodyUnreadable => "Request body unreadable",
             Self::RequestInFlight { .. } => "Request in progress",
@@ -134,6 +149,8 @@ impl IdempotencyRejection {
             Self::MissingPrincipal => {
                 "Idempotency keys are scoped to the caller; send credentials.".into()
             }
+            Self::AmbiguousPrincipal { header } => format!("The `{header}` header names the caller, so it must appear once with one value; this request carries it more than once or as a comma-separated list. Nothing was run."),
+            Self::InvalidToken(e) => format!("{e}. Idempotency keys are scoped to the token's subject; send a valid token and retry with the same key."),
             Self::BodyTooLarge { limit } => format!("The request body exceeds {limit} bytes."),
             Self::BodyUnreadable => "The request body could not be read completely.".into(),
             Self::RequestInFlight { .. } => "A request with this idempotency key is still being processed. Retry after the time in Retry-After.".into(),
@@ -165,6 +182,12 @@ impl IdempotencyRejection {
             Self::StoreUnavailable => {
                 resp.headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            Self::InvalidToken(_) => {
+                resp.headers_mut().insert(
+                    WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer error=\"invalid_token\""),
+                );
             }
             _ => {}
         }

@@ -26,8 +26,9 @@ use crate::rejection::IdempotencyRejection;
 /// 1. A method that is not covered passes through untouched.
 /// 2. The key header is parsed (`400` if malformed); without one, the request passes through,
 ///    or gets `400` if the route requires a key.
-/// 3. The principal is read (`401` without one), the body is buffered up to
-///    `max_body_bytes` (`413` above), and the fingerprint is computed.
+/// 3. The principal is read (`401` without one or with an invalid token, `400` if
+///    ambiguous), the body is buffered up to `max_body_bytes` (`413` above), and the
+///    fingerprint is computed.
 /// 4. The core lifecycle ([`idemgate_core::lifecycle`]) acquires (principal, route, key) and
 ///    decides. A live record is answered from: replay, `409` in flight, `422` mismatch,
 ///    `500` failed, `500` outcome unknown (a lapsed lease), `500` record corrupt, `410` not
@@ -179,9 +180,10 @@ where
     };
     let rp = resolved.policy.clone();
     let principal = match principal_of(req.headers(), &rp.principal) {
-        Some(p) => p,
-        None if rp.allow_anonymous => "anonymous".to_owned(),
-        None => return reject(IdempotencyRejection::MissingPrincipal),
+        Ok(Some(p)) => p,
+        Ok(None) if rp.allow_anonymous => "anonymous".to_owned(),
+        Ok(None) => return reject(IdempotencyRejection::MissingPrincipal),
+        Err(refused) => return reject(refused),
     };
     let (mut parts, body) = req.into_parts();
     let too_large = IdempotencyRejection::BodyTooLarge {

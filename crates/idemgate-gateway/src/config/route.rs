@@ -1,10 +1,11 @@
 //! One route's policy in the file ([`RouteConfig`]), and how it becomes a [`RoutePolicy`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, StatusCode};
 use idemgate_core::LeaseExpiredPolicy;
-use idemgate_tower::{PrincipalSource, RoutePolicy, StatusPattern};
+use idemgate_tower::{JwtVerifier, PrincipalSource, RoutePolicy, StatusPattern};
 use serde::Deserialize;
 
 use super::duration;
@@ -36,7 +37,8 @@ pub struct RouteConfig {
     pub ignore_json_pointers: Option<Vec<String>>,
     /// Request headers included in the fingerprint. Default none.
     pub fingerprint_headers: Option<Vec<String>>,
-    /// `"authorization"` (SHA-256 of the header, default) or `"header:NAME"`.
+    /// `"authorization"` (SHA-256 of the header, default), `"header:NAME"` or
+    /// `"jwt:CLAIM"` (a claim of the verified bearer token; needs `[jwt]`).
     pub principal: Option<String>,
     /// Share one anonymous scope instead of `401`. Default false.
     pub allow_anonymous: Option<bool>,
@@ -114,6 +116,7 @@ impl RouteConfig {
 pub(super) fn route_policy(
     field: &str,
     c: &RouteConfig,
+    jwt: &Jwt,
     errs: &mut Vec<String>,
 ) -> Option<RoutePolicy> {
     let before = errs.len();
@@ -167,21 +170,7 @@ pub(super) fn route_policy(
             StatusCode::UNPROCESSABLE_ENTITY
         }
     };
-    let principal = match c.principal.as_deref() {
-        None | Some("authorization") => PrincipalSource::AuthorizationHash,
-        Some(p) => match p
-            .strip_prefix("header:")
-            .map(|h| HeaderName::from_bytes(h.trim().as_bytes()))
-        {
-            Some(Ok(name)) => PrincipalSource::Header(name),
-            _ => {
-                errs.push(format!(
-                    "{field}.principal: `{p}` is not \"authorization\" or \"header:NAME\""
-                ));
-                PrincipalSource::AuthorizationHash
-            }
-        },
-    };
+    let principal = principal(field, c.principal.as_deref(), jwt, errs);
     let lease_expired = match c.lease_expired.as_deref() {
         None | Some("unknown") => LeaseExpiredPolicy::Unknown,
         Some("takeover") => LeaseExpiredPolicy::Takeover,
@@ -222,4 +211,62 @@ pub(super) fn route_policy(
         replay_deny_headers: headers("replay_deny_headers", &c.replay_deny_headers, errs),
     };
     (errs.len() == before).then_some(policy)
+}
+
+/// The `[jwt]` table as routes see it: absent, present but broken (already reported under
+/// `jwt`), or its verifier.
+#[derive(Debug)]
+pub(super) enum Jwt {
+    Absent,
+    Broken,
+    Ready(Arc<JwtVerifier>),
+}
+
+impl Jwt {
+    pub(super) fn new(present: bool, verifier: Option<Arc<JwtVerifier>>) -> Self {
+        match (present, verifier) {
+            (_, Some(v)) => Self::Ready(v),
+            (true, None) => Self::Broken,
+            (false, None) => Self::Absent,
+        }
+    }
+}
+
+/// Parses `principal`: `authorization`, `header:NAME` or `jwt:CLAIM`.
+fn principal(field: &str, p: Option<&str>, jwt: &Jwt, errs: &mut Vec<String>) -> PrincipalSource {
+    let p = match p {
+        None | Some("authorization") => return PrincipalSource::AuthorizationHash,
+        Some(p) => p,
+    };
+    if let Some(claim) = p.strip_prefix("jwt:") {
+        let claim = claim.trim();
+        if claim.is_empty() || claim.contains(|c: char| c.is_whitespace() || c == ':') {
+            errs.push(format!(
+                "{field}.principal: `{p}` needs a claim name, e.g. \"jwt:sub\""
+            ));
+        }
+        return match jwt {
+            Jwt::Ready(verifier) => PrincipalSource::Jwt {
+                claim: claim.to_owned(),
+                verifier: verifier.clone(),
+            },
+            Jwt::Broken => PrincipalSource::AuthorizationHash,
+            Jwt::Absent => {
+                errs.push(format!("{field}.principal: `{p}` needs a [jwt] table with hs256_secret_file and/or jwks_file"));
+                PrincipalSource::AuthorizationHash
+            }
+        };
+    }
+    match p
+        .strip_prefix("header:")
+        .map(|h| HeaderName::from_bytes(h.trim().as_bytes()))
+    {
+        Some(Ok(name)) => PrincipalSource::Header(name),
+        _ => {
+            errs.push(format!(
+                "{field}.principal: `{p}` is not \"authorization\", \"header:NAME\" or \"jwt:CLAIM\""
+            ));
+            PrincipalSource::AuthorizationHash
+        }
+    }
 }

@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use super::*;
 use http::StatusCode;
 use idemgate_core::LeaseExpiredPolicy;
@@ -171,4 +173,90 @@ fn a_lapsed_lease_means_outcome_unknown_unless_a_route_says_otherwise() {
             "{field} missing in {errs:#?}"
         );
     }
+}
+
+fn jwt_data(name: &str) -> String {
+    format!("{}/tests/data/jwt/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn a_jwt_principal_loads_its_keys_once() {
+    let c = Config::from_toml(&format!(
+        r#"
+        upstream = "http://127.0.0.1:3000"
+        [defaults]
+        principal = "jwt:sub"
+        [[routes]]
+        route = "POST /refunds"
+        principal = "jwt:tenant_id"
+        [jwt]
+        hs256_secret_file = "{}"
+        jwks_file = "{}"
+        issuer = "https://auth.example.com"
+        audience = "payments-api"
+        leeway = "10s"
+        "#,
+        jwt_data("hs256.secret"),
+        jwt_data("jwks.json")
+    ))
+    .unwrap();
+    let v = c.validate().unwrap();
+    let PrincipalSource::Jwt { claim, verifier } = &v.policy.default_route().principal else {
+        panic!("{:?}", v.policy.default_route().principal);
+    };
+    assert_eq!(claim, "sub");
+    let (_, refunds) = v.policy.routes().next().unwrap();
+    let PrincipalSource::Jwt {
+        claim,
+        verifier: same,
+    } = &refunds.principal
+    else {
+        panic!("{:?}", refunds.principal);
+    };
+    assert_eq!(claim, "tenant_id");
+    assert!(Arc::ptr_eq(verifier, same), "one verifier, loaded once");
+}
+
+#[test]
+fn every_jwt_mistake_names_its_field() {
+    let errs = |text: &str| {
+        let mut t = String::from("upstream = \"http://127.0.0.1:3000\"\n");
+        t += text;
+        Config::from_toml(&t).unwrap().validate().unwrap_err()
+    };
+    let has = |errs: &[String], field: &str, needle: &str| {
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with(field) && e.contains(needle)),
+            "{field} / {needle} missing in {errs:#?}"
+        )
+    };
+    let e = errs("[[routes]]\nroute = \"POST /a\"\nprincipal = \"jwt:sub\"\n");
+    has(&e, "routes[0].principal:", "[jwt]");
+    let e = errs("[defaults]\nprincipal = \"jwt:\"\n[jwt]\njwks_file = \"/nonexistent/jwks.json\"\nleeway = \"soon\"\nissuer = \"\"\n");
+    has(&e, "defaults.principal:", "claim name");
+    has(&e, "jwt.jwks_file:", "cannot read `/nonexistent/jwks.json`");
+    has(&e, "jwt.leeway:", "soon");
+    has(&e, "jwt.issuer:", "empty");
+    let e = errs("[jwt]\nleeway = \"5s\"\n");
+    has(&e, "jwt:", "hs256_secret_file, jwks_file");
+    let dir = tempfile::tempdir().unwrap();
+    let short = dir.path().join("short.secret");
+    std::fs::write(&short, "tooshort\n").unwrap();
+    let bad_set = dir.path().join("jwks.json");
+    std::fs::write(&bad_set, r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#).unwrap();
+    let e = errs(&format!(
+        "[jwt]\nhs256_secret_file = \"{}\"\njwks_file = \"{}\"\n",
+        short.display(),
+        bad_set.display()
+    ));
+    has(&e, "jwt.hs256_secret_file:", "8 bytes");
+    has(&e, "jwt.jwks_file:", "keys[0]");
+    std::fs::write(&bad_set, "not json").unwrap();
+    let e = errs(&format!("[jwt]\njwks_file = \"{}\"\n", bad_set.display()));
+    has(&e, "jwt.jwks_file:", "not a JWK set");
+    let err = Config::from_toml("upstream = \"http://a:1\"\n[jwt]\njwks_fil = \"x\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`jwt.jwks_fil`"), "{err}");
 }

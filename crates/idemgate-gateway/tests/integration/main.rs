@@ -10,6 +10,7 @@ mod docs;
 mod failures;
 mod faults;
 mod postgres;
+mod principal;
 mod readme;
 mod redis;
 mod replay;

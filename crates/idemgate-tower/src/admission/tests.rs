@@ -1,0 +1,121 @@
+use std::sync::Arc;
+
+use http::header::AUTHORIZATION;
+use jsonwebtoken::{encode, EncodingKey, Header};
+
+use super::*;
+use crate::jwt::JwtVerifier;
+
+const SECRET: &[u8] = b"an-hs256-test-secret-of-32-bytes!!";
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    h
+}
+
+fn user_header() -> PrincipalSource {
+    PrincipalSource::Header(HeaderName::from_static("x-user-id"))
+}
+
+fn jwt_source() -> PrincipalSource {
+    PrincipalSource::Jwt {
+        claim: "sub".into(),
+        verifier: Arc::new(JwtVerifier::new().with_hs256_secret(SECRET).unwrap()),
+    }
+}
+
+fn token(sub: &str) -> String {
+    let exp = jsonwebtoken::get_current_timestamp() + 600;
+    let claims = serde_json::json!({"sub": sub, "exp": exp});
+    encode(
+        &Header::default(),
+        &claims,
+        &EncodingKey::from_secret(SECRET),
+    )
+    .unwrap()
+}
+
+fn ambiguous(header: &str) -> IdempotencyRejection {
+    IdempotencyRejection::AmbiguousPrincipal {
+        header: header.into(),
+    }
+}
+
+#[test]
+fn a_principal_header_names_one_caller() {
+    let src = user_header();
+    let one = headers(&[("x-user-id", " alice ")]);
+    assert_eq!(principal_of(&one, &src), Ok(Some("hdr:alice".into())));
+    assert_eq!(principal_of(&headers(&[]), &src), Ok(None));
+    assert_eq!(
+        principal_of(&headers(&[("x-user-id", " ")]), &src),
+        Ok(None)
+    );
+    for repeated in [
+        &[("x-user-id", "alice"), ("x-user-id", "bob")][..],
+        &[("x-user-id", "alice"), ("x-user-id", "alice")],
+        &[("x-user-id", ""), ("x-user-id", "bob")],
+        &[("x-user-id", "alice,bob")],
+        &[("x-user-id", "alice, bob")],
+        &[("x-user-id", ",")],
+    ] {
+        assert_eq!(
+            principal_of(&headers(repeated), &src),
+            Err(ambiguous("x-user-id")),
+            "{repeated:?}"
+        );
+    }
+}
+
+#[test]
+fn the_authorization_hash_is_unchanged() {
+    let src = PrincipalSource::AuthorizationHash;
+    let a = principal_of(&headers(&[("authorization", "Bearer alice")]), &src).unwrap();
+    assert!(a.unwrap().starts_with("auth:"));
+    let both = headers(&[("authorization", "Bearer a"), ("authorization", "Bearer b")]);
+    let one = headers(&[("authorization", "Bearer a")]);
+    assert_ne!(principal_of(&both, &src), principal_of(&one, &src));
+}
+
+#[test]
+fn a_jwt_principal_needs_one_valid_bearer_token() {
+    let src = jwt_source();
+    let bearer = |t: &str| headers(&[("authorization", &format!("Bearer {t}"))]);
+    let alice = principal_of(&bearer(&token("alice")), &src)
+        .unwrap()
+        .unwrap();
+    assert!(alice.starts_with("jwt:sub:"), "{alice}");
+    let lower = headers(&[("authorization", &format!("bearer  {}", token("alice")))]);
+    assert_eq!(principal_of(&lower, &src), Ok(Some(alice)));
+    assert_eq!(principal_of(&headers(&[]), &src), Ok(None));
+    assert_eq!(
+        principal_of(&headers(&[("authorization", "")]), &src),
+        Ok(None)
+    );
+    let invalid = IdempotencyRejection::InvalidToken;
+    for scheme in ["Basic YWxpY2U6cHc=", "Bearer", "Bearer ", &token("alice")] {
+        let h = headers(&[("authorization", scheme)]);
+        assert_eq!(
+            principal_of(&h, &src),
+            Err(invalid(TokenError::NotBearer)),
+            "{scheme}"
+        );
+    }
+    let mut h = bearer(&token("alice"));
+    h.append(
+        AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {}", token("bob"))).unwrap(),
+    );
+    assert_eq!(principal_of(&h, &src), Err(ambiguous("authorization")));
+    let two = format!("Bearer {}, Bearer {}", token("alice"), token("bob"));
+    assert_eq!(
+        principal_of(&headers(&[("authorization", &two)]), &src),
+        Err(invalid(TokenError::Malformed))
+    );
+}
