@@ -18,6 +18,7 @@ use crate::admission::{content_length, fingerprint_of};
 use crate::body::{boxed, buffer_up_to, chain, full, BoxBody, Buffered};
 use crate::headers::{headers_to_store, replay, IDEMPOTENT_TAKEOVER};
 use crate::lease::{not_sent, LeaseHandle};
+use crate::limits::Ticket;
 use crate::policy::{Policy, RoutePolicy, StatusAction};
 use crate::rejection::IdempotencyRejection;
 use crate::service::pass_through;
@@ -31,6 +32,8 @@ pub(crate) struct Covered {
     pub(crate) body: Bytes,
     pub(crate) policy: Arc<Policy>,
     pub(crate) route: Arc<RoutePolicy>,
+    /// The request's hold on its per-principal limits, released when this task ends.
+    pub(crate) ticket: Ticket,
 }
 
 impl Covered {
@@ -46,7 +49,7 @@ type Reply<E> = oneshot::Sender<Result<Response<BoxBody>, E>>;
 pub(crate) async fn run<S, St, ResB>(
     inner: S,
     lifecycle: Lifecycle<St>,
-    covered: Covered,
+    mut covered: Covered,
     request: Request<BoxBody>,
     reply: Reply<S::Error>,
 ) where
@@ -88,6 +91,7 @@ pub(crate) async fn run<S, St, ResB>(
         }
         Begin::Answer(a) => a,
     };
+    covered.ticket.settle(&answer);
     let response = match answer {
         Answer::Replay(stored) => match replay(&stored) {
             Ok(r) => {
@@ -281,6 +285,7 @@ fn outcome_label(r: &IdempotencyRejection) -> &'static str {
         IdempotencyRejection::ResponseNotKept { .. } => "not_kept",
         IdempotencyRejection::OutcomeUnknown => "outcome_unknown",
         IdempotencyRejection::RecordCorrupt => "record_corrupt",
+        IdempotencyRejection::PrincipalLimited { .. } => "limited",
         _ => "rejected",
     }
 }

@@ -6,10 +6,14 @@ use idemgate_core::{IdempotencyStore, Lifecycle};
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
+use crate::limits::Limiter;
 use crate::policy::Policy;
 use crate::service::Idempotency;
 
 /// Applies the idempotency contract to the wrapped service: see [`Idempotency`].
+///
+/// Every service this layer makes shares one state of per-principal limits
+/// ([`crate::limits`]): the limits of a route hold across them, per layer (per process).
 ///
 /// # Examples
 /// ```
@@ -43,6 +47,7 @@ pub struct IdempotencyLayer<St> {
     lifecycle: Lifecycle<St>,
     policy: Arc<Policy>,
     tasks: TaskTracker,
+    limiter: Arc<Limiter>,
 }
 
 impl<St> Clone for IdempotencyLayer<St> {
@@ -51,6 +56,7 @@ impl<St> Clone for IdempotencyLayer<St> {
             lifecycle: self.lifecycle.clone(),
             policy: self.policy.clone(),
             tasks: self.tasks.clone(),
+            limiter: self.limiter.clone(),
         }
     }
 }
@@ -62,6 +68,7 @@ impl<St: IdempotencyStore> IdempotencyLayer<St> {
             lifecycle: Lifecycle::new(store, policy.lifecycle.clone()),
             policy: Arc::new(policy),
             tasks: TaskTracker::new(),
+            limiter: Arc::default(),
         }
     }
 }
@@ -96,5 +103,6 @@ impl<S, St> Layer<S> for IdempotencyLayer<St> {
             self.policy.clone(),
             self.tasks.clone(),
         )
+        .sharing_limits(self.limiter.clone())
     }
 }

@@ -131,6 +131,8 @@ pub struct RoutePolicy {
     /// `date` (never replayed whatever this says; a replay gets a fresh `Date`). Defaults to
     /// `set-cookie`, `date`.
     pub replay_deny_headers: Vec<HeaderName>,
+    /// Per-principal limits (in flight, new keys per second). Defaults to off.
+    pub limits: crate::limits::PrincipalLimits,
 }
 
 impl Default for RoutePolicy {
@@ -158,6 +160,7 @@ impl Default for RoutePolicy {
             max_body_bytes: 1 << 20,
             max_stored_response_bytes: 1 << 20,
             replay_deny_headers: vec![http::header::SET_COOKIE, http::header::DATE],
+            limits: Default::default(),
         }
     }
 }

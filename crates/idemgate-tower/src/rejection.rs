@@ -71,6 +71,25 @@ pub enum IdempotencyRejection {
     UpstreamResponseFailed,
     /// `500`: an internal failure in idemgate; nothing is known to have run.
     Internal,
+    /// `429` with `Retry-After`: this caller is over a per-principal limit of the route
+    /// (see [`crate::limits`]); nothing was stored or forwarded.
+    PrincipalLimited {
+        /// Which limit.
+        kind: LimitKind,
+        /// Seconds to wait (at least 1): when the caller's next token is due, or 1 for
+        /// the in-flight limit.
+        retry_after_secs: u64,
+    },
+}
+
+/// Which per-principal limit a request is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// Too many of the caller's requests in flight at once.
+    InFlight,
+    /// Too many new keys per second.
+    NewKeys,
 }
 
 impl IdempotencyRejection {
@@ -92,6 +111,7 @@ impl IdempotencyRejection {
             Self::ResponseNotKept { .. } => StatusCode::GONE,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::UpstreamResponseFailed => StatusCode::BAD_GATEWAY,
+            Self::PrincipalLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -114,6 +134,7 @@ impl IdempotencyRejection {
             Self::StoreUnavailable => "store-unavailable",
             Self::UpstreamResponseFailed => "upstream-response-failed",
             Self::Internal => "internal",
+            Self::PrincipalLimited { .. } => "principal-limited",
         }
     }
 
@@ -136,6 +157,7 @@ impl IdempotencyRejection {
             Self::StoreUnavailable => "Idempotency store unavailable",
             Self::UpstreamResponseFailed => "Upstream response failed",
             Self::Internal => "Internal error",
+            Self::PrincipalLimited { .. } => "Too many requests from this caller",
         }
     }
 
@@ -162,6 +184,8 @@ impl IdempotencyRejection {
             Self::StoreUnavailable => "The idempotency store is unreachable or too slow, so the request was not forwarded. Retry with the same key after the time in Retry-After.".into(),
             Self::UpstreamResponseFailed => "The upstream's response broke off after it began, so the operation may have run. The key is marked failed; check the operation's result before using a new key.".into(),
             Self::Internal => "An internal error occurred. Retry with the same key.".into(),
+            Self::PrincipalLimited { kind: LimitKind::InFlight, .. } => "Too many of your requests are in progress on this operation; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
+            Self::PrincipalLimited { kind: LimitKind::NewKeys, .. } => "You are sending new idempotency keys faster than this operation allows; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
         }
     }
 
@@ -188,6 +212,12 @@ impl IdempotencyRejection {
                     WWW_AUTHENTICATE,
                     HeaderValue::from_static("Bearer error=\"invalid_token\""),
                 );
+            }
+            Self::PrincipalLimited {
+                retry_after_secs, ..
+            } => {
+                resp.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(*retry_after_secs));
             }
             _ => {}
         }

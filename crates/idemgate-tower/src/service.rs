@@ -18,6 +18,7 @@ use crate::admission::{content_length, fingerprint_of, principal_of};
 use crate::body::{boxed, full, BoxBody};
 use crate::execute::{count, rejection, run, Covered};
 use crate::headers::{IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};
+use crate::limits::Limiter;
 use crate::policy::Policy;
 use crate::rejection::IdempotencyRejection;
 
@@ -27,7 +28,8 @@ use crate::rejection::IdempotencyRejection;
 /// 2. The key header is parsed (`400` if malformed); without one, the request passes through,
 ///    or gets `400` if the route requires a key.
 /// 3. The principal is read (`401` without one or with an invalid token, `400` if
-///    ambiguous), the body is buffered up to `max_body_bytes` (`413` above), and the
+///    ambiguous), its per-principal limits of the route are checked (`429`, see
+///    [`crate::limits`]), the body is buffered up to `max_body_bytes` (`413` above), and the
 ///    fingerprint is computed.
 /// 4. The core lifecycle ([`idemgate_core::lifecycle`]) acquires (principal, route, key) and
 ///    decides. A live record is answered from: replay, `409` in flight, `422` mismatch,
@@ -51,6 +53,7 @@ pub struct Idempotency<S, St> {
     lifecycle: Lifecycle<St>,
     policy: Arc<Policy>,
     tasks: TaskTracker,
+    limiter: Arc<Limiter>,
 }
 
 impl<S: Clone, St> Clone for Idempotency<S, St> {
@@ -60,6 +63,7 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
             lifecycle: self.lifecycle.clone(),
             policy: self.policy.clone(),
             tasks: self.tasks.clone(),
+            limiter: self.limiter.clone(),
         }
     }
 }
@@ -86,7 +90,14 @@ impl<S, St> Idempotency<S, St> {
             lifecycle,
             policy,
             tasks,
+            limiter: Arc::default(),
         }
+    }
+
+    /// Shares `limiter` (the per-principal limits' state) with the layer's other services.
+    pub(crate) fn sharing_limits(mut self, limiter: Arc<Limiter>) -> Self {
+        self.limiter = limiter;
+        self
     }
 
     /// The detached tasks of this service: await them before shutting the runtime down.
@@ -134,6 +145,7 @@ where
             self.lifecycle.clone(),
             self.policy.clone(),
             self.tasks.clone(),
+            self.limiter.clone(),
             req,
         ))
     }
@@ -144,6 +156,7 @@ async fn handle<S, St, B, ResB>(
     lifecycle: Lifecycle<St>,
     policy: Arc<Policy>,
     tasks: TaskTracker,
+    limiter: Arc<Limiter>,
     mut req: Request<B>,
 ) -> Result<Response<BoxBody>, S::Error>
 where
@@ -185,6 +198,11 @@ where
         Ok(None) => return reject(IdempotencyRejection::MissingPrincipal),
         Err(refused) => return reject(refused),
     };
+
+    let ticket = match limiter.admit(&rp.limits, label, &principal) {
+        Ok(ticket) => ticket,
+        Err(limited) => return reject(limited.into()),
+    };
     let (mut parts, body) = req.into_parts();
     let too_large = IdempotencyRejection::BodyTooLarge {
         limit: rp.max_body_bytes,
@@ -215,6 +233,7 @@ where
         body: bytes.clone(),
         policy: policy.clone(),
         route: rp,
+        ticket,
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let request = Request::from_parts(parts, full(bytes));

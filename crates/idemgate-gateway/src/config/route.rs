@@ -1,10 +1,12 @@
 //! One route's policy in the file ([`RouteConfig`]), and how it becomes a [`RoutePolicy`].
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, StatusCode};
 use idemgate_core::LeaseExpiredPolicy;
+use idemgate_tower::limits::{KeyRate, PrincipalLimits};
 use idemgate_tower::{JwtVerifier, PrincipalSource, RoutePolicy, StatusPattern};
 use serde::Deserialize;
 
@@ -56,6 +58,15 @@ pub struct RouteConfig {
     pub max_stored_response_bytes: Option<usize>,
     /// Response headers never replayed. Default `["set-cookie", "date"]`.
     pub replay_deny_headers: Option<Vec<String>>,
+    /// Keyed requests of one principal on the route in flight at once; over it `429`.
+    /// Default 0 (off).
+    pub max_in_flight_per_principal: Option<u32>,
+    /// New keys per second of one principal on the route (a token bucket; fractions
+    /// allowed); over it `429`. Default 0 (off).
+    pub new_keys_per_second_per_principal: Option<f64>,
+    /// The bucket's size: new keys one principal may send at once. Default 0 (one second's
+    /// worth of the rate, at least 1).
+    pub new_keys_burst_per_principal: Option<u32>,
 }
 
 impl RouteConfig {
@@ -82,6 +93,9 @@ impl RouteConfig {
             max_body_bytes: Some(1 << 20),
             max_stored_response_bytes: Some(1 << 20),
             replay_deny_headers: s(&["set-cookie", "date"]),
+            max_in_flight_per_principal: Some(0),
+            new_keys_per_second_per_principal: Some(0.0),
+            new_keys_burst_per_principal: Some(0),
         }
     }
 
@@ -107,7 +121,10 @@ impl RouteConfig {
             retry_failed,
             max_body_bytes,
             max_stored_response_bytes,
-            replay_deny_headers
+            replay_deny_headers,
+            max_in_flight_per_principal,
+            new_keys_per_second_per_principal,
+            new_keys_burst_per_principal
         )
     }
 }
@@ -209,6 +226,7 @@ pub(super) fn route_policy(
             .max_stored_response_bytes
             .unwrap_or(d.max_stored_response_bytes),
         replay_deny_headers: headers("replay_deny_headers", &c.replay_deny_headers, errs),
+        limits: principal_limits(field, c, errs),
     };
     (errs.len() == before).then_some(policy)
 }
@@ -268,5 +286,32 @@ fn principal(field: &str, p: Option<&str>, jwt: &Jwt, errs: &mut Vec<String>) ->
             ));
             PrincipalSource::AuthorizationHash
         }
+    }
+}
+
+/// The per-principal limits of a merged [`RouteConfig`] (0 turns a limit off).
+fn principal_limits(field: &str, c: &RouteConfig, errs: &mut Vec<String>) -> PrincipalLimits {
+    let rate = c.new_keys_per_second_per_principal.unwrap_or(0.0);
+    let burst = c.new_keys_burst_per_principal.unwrap_or(0);
+    let new_keys = if rate == 0.0 {
+        if burst != 0 {
+            errs.push(format!(
+                "{field}.new_keys_burst_per_principal: {burst} has no effect without new_keys_per_second_per_principal (set both to 0 to turn the limit off)"
+            ));
+        }
+        None
+    } else if burst > 1_000_000 {
+        errs.push(format!(
+            "{field}.new_keys_burst_per_principal: {burst} is above 1000000"
+        ));
+        None
+    } else {
+        KeyRate::new(rate, burst)
+            .map_err(|e| errs.push(format!("{field}.new_keys_per_second_per_principal: {e}")))
+            .ok()
+    };
+    PrincipalLimits {
+        max_in_flight: NonZeroU32::new(c.max_in_flight_per_principal.unwrap_or(0)),
+        new_keys,
     }
 }

@@ -260,3 +260,77 @@ fn every_jwt_mistake_names_its_field() {
         .to_string();
     assert!(err.contains("`jwt.jwks_fil`"), "{err}");
 }
+
+#[test]
+fn per_principal_limits_are_off_by_default_and_set_per_route() {
+    let c = parse(
+        r#"
+        upstream = "http://127.0.0.1:3000"
+        [defaults]
+        max_in_flight_per_principal = 8
+        new_keys_per_second_per_principal = 2.5
+        [[routes]]
+        route = "POST /payments"
+        new_keys_per_second_per_principal = 10
+        new_keys_burst_per_principal = 40
+        [[routes]]
+        route = "POST /likes"
+        max_in_flight_per_principal = 0
+        new_keys_per_second_per_principal = 0
+        "#,
+    );
+    let v = c.validate().unwrap();
+    let d = v.policy.default_route().limits;
+    assert_eq!(d.max_in_flight.map(|n| n.get()), Some(8));
+    let rate = d.new_keys.unwrap();
+    assert_eq!((rate.per_second(), rate.burst().get()), (2.5, 3));
+    let mut routes = v.policy.routes();
+    let (_, payments) = routes.next().unwrap();
+    assert_eq!(payments.limits.max_in_flight.map(|n| n.get()), Some(8));
+    let rate = payments.limits.new_keys.unwrap();
+    assert_eq!((rate.per_second(), rate.burst().get()), (10.0, 40));
+    let (_, likes) = routes.next().unwrap();
+    assert!(likes.limits.is_off(), "0 turns inherited limits off");
+    let plain = parse("upstream = \"http://127.0.0.1:3000\"\n[[routes]]\nroute = \"POST /a\"\n");
+    let v = plain.validate().unwrap();
+    assert!(v.policy.default_route().limits.is_off());
+    assert!(v.policy.routes().all(|(_, rp)| rp.limits.is_off()));
+}
+
+#[test]
+fn bad_limits_name_their_field() {
+    let bad = parse(
+        r#"
+        upstream = "http://127.0.0.1:3000"
+        [defaults]
+        new_keys_per_second_per_principal = -1
+        [[routes]]
+        route = "POST /a"
+        new_keys_per_second_per_principal = 0
+        new_keys_burst_per_principal = 5
+        [[routes]]
+        route = "POST /b"
+        new_keys_per_second_per_principal = 1
+        new_keys_burst_per_principal = 2000000
+        "#,
+    );
+    let errs = bad.validate().unwrap_err();
+    for field in [
+        "defaults.new_keys_per_second_per_principal:",
+        "routes[0].new_keys_burst_per_principal:",
+        "routes[1].new_keys_burst_per_principal:",
+    ] {
+        assert!(
+            errs.iter().any(|e| e.starts_with(field)),
+            "{field} missing in {errs:#?}"
+        );
+    }
+    let err = Config::from_toml(
+        "upstream = \"http://a:1\"\n[defaults]\nmax_in_flight_per_principal = -1\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("max_in_flight_per_principal"),
+        "{err}"
+    );
+}
