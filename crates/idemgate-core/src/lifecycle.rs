@@ -13,10 +13,10 @@
 //! let engine = Lifecycle::new(Arc::new(MemoryStore::new()), Default::default());
 //! let plan = RoutePlan::default();
 //! let key = unique_key("alice");
-//! let Begin::Run(holder) = engine.begin(&key, fp(1), &plan, |_| None).await else { panic!() };
+//! let Begin::Run(holder) = engine.begin(&key, fp(1), &plan, |_| async { None }).await else { panic!() };
 //! let status = engine.hold(&holder, async { 201 }).await; // the operation, run once
 //! engine.finish(&holder, Outcome::Complete(response(2))).await;
-//! match engine.begin(&key, fp(1), &plan, |_| None).await {
+//! match engine.begin(&key, fp(1), &plan, |_| async { None }).await {
 //!     Begin::Answer(Answer::Replay(r)) => assert_eq!(r.status, status),
 //!     other => panic!("{other:?}"),
 //! }
@@ -214,14 +214,18 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     ///
     /// `refingerprint(version)` computes the request's fingerprint with another algorithm
     /// version, for a record written by a release that fingerprinted differently (`None`
-    /// if unknown: the request then counts as a mismatch, never a replay).
-    pub async fn begin(
+    /// if unknown: the request then counts as a mismatch, never a replay). It is a future,
+    /// so a caller can compute a large body's fingerprint off the async worker threads.
+    pub async fn begin<F>(
         &self,
         key: &ScopedKey,
         fingerprint: Fingerprint,
         plan: &RoutePlan,
-        refingerprint: impl Fn(u16) -> Option<Fingerprint>,
-    ) -> Begin {
+        refingerprint: impl Fn(u16) -> F,
+    ) -> Begin
+    where
+        F: std::future::Future<Output = Option<Fingerprint>>,
+    {
         if self.pending.full(&self.config) {
             return Begin::Answer(Answer::Overloaded);
         }
@@ -245,7 +249,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             };
             let fp = match record.fingerprint.version {
                 v if v == fingerprint.version => fingerprint,
-                v => refingerprint(v).unwrap_or(fingerprint),
+                v => refingerprint(v).await.unwrap_or(fingerprint),
             };
             let answer = match decide(Some(&record), &fp, now, &plan.decision) {
                 Decision::Insert => continue, // expired between the read and the decision

@@ -2,7 +2,9 @@
 
 use http::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use idemgate_core::fingerprint::{Fingerprint, FingerprintInput, FingerprintOptions};
+use idemgate_core::fingerprint::{
+    Fingerprint, FingerprintError, FingerprintInput, FingerprintOptions,
+};
 use sha2::{Digest, Sha256};
 
 use crate::jwt::TokenError;
@@ -93,17 +95,27 @@ fn bearer_token(value: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// The request's fingerprint by algorithm `version` (`None` if this build does not know it).
+/// The request's fingerprint by algorithm `version`.
+///
+/// Version 1 decodes up to 8 × `max_body_bytes`, as the releases that wrote it did, so its
+/// digest is unchanged; version 2 up to the route's decoded-body limit. From version 2 on,
+/// a `Content-Type` or `Content-Encoding` sent more than once or not in visible ASCII is
+/// also hashed as received, header by header: upstreams read such requests in more than
+/// one way.
+///
+/// # Errors
+/// [`FingerprintError::DecodedTooLarge`] past the decoded-body limit (version 2), and
+/// [`FingerprintError::UnknownVersion`].
 pub(crate) fn fingerprint_of(
     req: (&http::Method, &http::Uri, &HeaderMap),
     route: &str,
     rp: &RoutePolicy,
     body: &[u8],
     version: u16,
-) -> Option<Fingerprint> {
+) -> Result<Fingerprint, FingerprintError> {
     let (method, uri, headers) = req;
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    let extra: Vec<(&str, &[u8])> = rp
+    let mut extra: Vec<(&str, &[u8])> = rp
         .fingerprint_headers
         .iter()
         .flat_map(|n| {
@@ -113,6 +125,15 @@ pub(crate) fn fingerprint_of(
                 .map(move |v| (n.as_str(), v.as_bytes()))
         })
         .collect();
+    if version >= 2 {
+        for name in ["content-type", "content-encoding"] {
+            let values = headers.get_all(name);
+            let odd = values.iter().count() > 1 || values.iter().any(|v| v.to_str().is_err());
+            if odd {
+                extra.extend(values.iter().map(|v| (name, v.as_bytes())));
+            }
+        }
+    }
     let input = FingerprintInput {
         method: method.as_str(),
         route,
@@ -125,7 +146,10 @@ pub(crate) fn fingerprint_of(
     };
     let opts = FingerprintOptions {
         ignore_json_pointers: &rp.ignore_json_pointers,
-        max_decoded_bytes: rp.max_body_bytes.saturating_mul(8),
+        max_decoded_bytes: match version {
+            1 => rp.max_body_bytes.saturating_mul(8),
+            _ => rp.decoded_body_limit(),
+        },
     };
     Fingerprint::compute_version(version, &input, &opts)
 }

@@ -14,8 +14,9 @@ use idemgate_core::{
 };
 use tokio::sync::oneshot;
 
-use crate::admission::{content_length, fingerprint_of};
+use crate::admission::content_length;
 use crate::body::{boxed, buffer_up_to, chain, full, BoxBody, Buffered};
+use crate::fingerprint::FingerprintJob;
 use crate::headers::{headers_to_store, replay, IDEMPOTENT_TAKEOVER};
 use crate::lease::{not_sent, LeaseHandle};
 use crate::limits::Ticket;
@@ -28,8 +29,9 @@ pub(crate) struct Covered {
     pub(crate) scope: ScopedKey,
     pub(crate) label: String,
     pub(crate) fingerprint: Fingerprint,
-    /// The request body, to fingerprint it again for a record of another algorithm version.
-    pub(crate) body: Bytes,
+    /// What the fingerprint read, to compute it again for a record of another algorithm
+    /// version.
+    pub(crate) job: Arc<FingerprintJob>,
     pub(crate) policy: Arc<Policy>,
     pub(crate) route: Arc<RoutePolicy>,
     /// The request's hold on its per-principal limits, released when this task ends.
@@ -61,10 +63,10 @@ pub(crate) async fn run<S, St, ResB>(
     St: IdempotencyStore,
 {
     let rp = &covered.route;
-    // Borrow the parts, not the request: its body is not `Sync`.
-    let parts = (request.method(), request.uri(), request.headers());
-    let refingerprint =
-        |version| fingerprint_of(parts, &covered.scope.route, rp, &covered.body, version);
+    let refingerprint = |version| {
+        let job = covered.job.clone();
+        async move { job.run(version).await.ok() }
+    };
     let begun = lifecycle
         .begin(
             &covered.scope,

@@ -8,6 +8,7 @@
 mod admission;
 pub mod body;
 mod execute;
+mod fingerprint;
 pub mod headers;
 pub mod jwt;
 mod layer;

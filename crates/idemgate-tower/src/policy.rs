@@ -124,6 +124,10 @@ pub struct RoutePolicy {
     pub retry_failed: bool,
     /// Largest request body, in bytes; above it `413`. Defaults to 1 MiB.
     pub max_body_bytes: usize,
+    /// Largest decoded size of an encoded (`Content-Encoding: gzip`) request body, in bytes;
+    /// decoding for the fingerprint stops there and the request gets `413`, unforwarded.
+    /// `None` (the default): 4 × `max_body_bytes`.
+    pub max_decoded_body_bytes: Option<usize>,
     /// Largest response body stored for replay, in bytes; above it the response is delivered
     /// whole but not replayable. Defaults to 1 MiB.
     pub max_stored_response_bytes: usize,
@@ -158,6 +162,7 @@ impl Default for RoutePolicy {
             lease_expired: LeaseExpiredPolicy::Unknown,
             retry_failed: false,
             max_body_bytes: 1 << 20,
+            max_decoded_body_bytes: None,
             max_stored_response_bytes: 1 << 20,
             replay_deny_headers: vec![http::header::SET_COOKIE, http::header::DATE],
             limits: Default::default(),
@@ -179,6 +184,13 @@ impl RoutePolicy {
         } else {
             StatusAction::Fail
         }
+    }
+
+    /// The decoded-size limit of encoded bodies, in bytes: `max_decoded_body_bytes`, or
+    /// 4 × `max_body_bytes` when unset.
+    pub fn decoded_body_limit(&self) -> usize {
+        self.max_decoded_body_bytes
+            .unwrap_or_else(|| self.max_body_bytes.saturating_mul(4))
     }
 
     /// What the core lifecycle needs of this route: TTLs and the decision's knobs.

@@ -40,6 +40,11 @@ pub enum IdempotencyRejection {
     },
     /// `400`: the request body could not be read.
     BodyUnreadable,
+    /// `413`: the request body decodes (`Content-Encoding`) to more than the limit.
+    DecodedBodyTooLarge {
+        /// The decoded-size limit, in bytes.
+        limit: usize,
+    },
     /// `409` with `Retry-After`: the first request with this key is still running.
     RequestInFlight {
         /// Seconds to wait (at least 1).
@@ -101,7 +106,9 @@ impl IdempotencyRejection {
             }
             Self::MissingPrincipal | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
             Self::AmbiguousPrincipal { .. } => StatusCode::BAD_REQUEST,
-            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTooLarge { .. } | Self::DecodedBodyTooLarge { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::RequestInFlight { .. } => StatusCode::CONFLICT,
             Self::FingerprintMismatch { status } => *status,
             Self::PreviousAttemptFailed
@@ -123,7 +130,7 @@ impl IdempotencyRejection {
             Self::MissingPrincipal => "missing-principal",
             Self::AmbiguousPrincipal { .. } => "ambiguous-principal",
             Self::InvalidToken(_) => "invalid-token",
-            Self::BodyTooLarge { .. } => "body-too-large",
+            Self::BodyTooLarge { .. } | Self::DecodedBodyTooLarge { .. } => "body-too-large",
             Self::BodyUnreadable => "body-unreadable",
             Self::RequestInFlight { .. } => "request-in-flight",
             Self::FingerprintMismatch { .. } => "fingerprint-mismatch",
@@ -146,7 +153,9 @@ impl IdempotencyRejection {
             Self::MissingPrincipal => "Authentication required",
             Self::AmbiguousPrincipal { .. } => "Ambiguous principal",
             Self::InvalidToken(_) => "Invalid bearer token",
-            Self::BodyTooLarge { .. } => "Request body too large",
+            Self::BodyTooLarge { .. } | Self::DecodedBodyTooLarge { .. } => {
+                "Request body too large"
+            }
             Self::BodyUnreadable => "Request body unreadable",
             Self::RequestInFlight { .. } => "Request in progress",
             Self::FingerprintMismatch { .. } => "Idempotency key reused with a different request",
@@ -175,6 +184,7 @@ impl IdempotencyRejection {
             Self::InvalidToken(e) => format!("{e}. Idempotency keys are scoped to the token's subject; send a valid token and retry with the same key."),
             Self::BodyTooLarge { limit } => format!("The request body exceeds {limit} bytes."),
             Self::BodyUnreadable => "The request body could not be read completely.".into(),
+            Self::DecodedBodyTooLarge { limit } => format!("The request body decoded (Content-Encoding) exceeds {limit} bytes; decoding stopped there. Send a smaller body."),
             Self::RequestInFlight { .. } => "A request with this idempotency key is still being processed. Retry after the time in Retry-After.".into(),
             Self::FingerprintMismatch { .. } => "This idempotency key was already used with a different request (method, path, query or body). Use a new key for a new request.".into(),
             Self::PreviousAttemptFailed => "The first request with this idempotency key failed after it may have reached the server. It is not run again; use a new key.".into(),

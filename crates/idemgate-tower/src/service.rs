@@ -14,9 +14,10 @@ use idemgate_core::{BoxError, IdempotencyStore, Lifecycle, ScopedKey};
 use tokio_util::task::TaskTracker;
 use tower::Service;
 
-use crate::admission::{content_length, fingerprint_of, principal_of};
+use crate::admission::{content_length, principal_of};
 use crate::body::{boxed, full, BoxBody};
 use crate::execute::{count, rejection, run, Covered};
+use crate::fingerprint::FingerprintJob;
 use crate::headers::{IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};
 use crate::limits::Limiter;
 use crate::policy::Policy;
@@ -30,7 +31,9 @@ use crate::rejection::IdempotencyRejection;
 /// 3. The principal is read (`401` without one or with an invalid token, `400` if
 ///    ambiguous), its per-principal limits of the route are checked (`429`, see
 ///    [`crate::limits`]), the body is buffered up to `max_body_bytes` (`413` above), and the
-///    fingerprint is computed.
+///    fingerprint is computed: inline for small identity bodies, on the blocking pool (one
+///    job per CPU) for large or encoded ones; an encoded body that decodes past the route's
+///    decoded-body limit gets `413`.
 /// 4. The core lifecycle ([`idemgate_core::lifecycle`]) acquires (principal, route, key) and
 ///    decides. A live record is answered from: replay, `409` in flight, `422` mismatch,
 ///    `500` failed, `500` outcome unknown (a lapsed lease), `500` record corrupt, `410` not
@@ -215,11 +218,17 @@ where
         Err(e) if e.is::<LengthLimitError>() => return reject(too_large),
         Err(_) => return reject(IdempotencyRejection::BodyUnreadable),
     };
-    let request_parts = (&parts.method, &parts.uri, &parts.headers);
-    let Some(fingerprint) =
-        fingerprint_of(request_parts, &resolved.route, &rp, &bytes, CURRENT_VERSION)
-    else {
-        return reject(IdempotencyRejection::Internal);
+    let job = Arc::new(FingerprintJob {
+        method: parts.method.clone(),
+        uri: parts.uri.clone(),
+        headers: parts.headers.clone(),
+        route: resolved.route.to_string(),
+        policy: rp.clone(),
+        body: bytes.clone(),
+    });
+    let fingerprint = match job.clone().run(CURRENT_VERSION).await {
+        Ok(f) => f,
+        Err(r) => return reject(r),
     };
     parts.headers.remove(IDEMPOTENT_REPLAYED);
     let covered = Covered {
@@ -230,7 +239,7 @@ where
         },
         label: label.to_owned(),
         fingerprint,
-        body: bytes.clone(),
+        job,
         policy: policy.clone(),
         route: rp,
         ticket,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::*;
 
 mod faulty;
+mod versions;
 use crate::engine::LeaseExpiredPolicy;
 use crate::record::RecordState;
 use crate::testing::{damage_memory, fp, response, unique_key, Damage};
@@ -31,7 +32,7 @@ fn plan(lease_expired: LeaseExpiredPolicy) -> RoutePlan {
 }
 
 async fn begin(e: &Lifecycle<Faulty>, key: &ScopedKey, p: &RoutePlan) -> Begin {
-    e.begin(key, fp(1), p, |_| None).await
+    e.begin(key, fp(1), p, |_| async { None }).await
 }
 
 async fn run(e: &Lifecycle<Faulty>, key: &ScopedKey, p: &RoutePlan) -> Holder {
@@ -65,7 +66,7 @@ async fn a_second_request_while_the_first_runs_gets_409_then_the_replay() {
         }
     ));
     assert!(matches!(
-        e.begin(&k, fp(2), &p, |_| None).await,
+        e.begin(&k, fp(2), &p, |_| async { None }).await,
         Begin::Answer(Answer::Mismatch)
     ));
     assert_eq!(
@@ -218,7 +219,9 @@ async fn pending_outcomes_are_bounded() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     store.down.store(false, Ordering::SeqCst);
     let calls = store.calls.load(Ordering::SeqCst);
-    let over = e.begin(&unique_key("bob"), fp(1), &p, |_| None).await;
+    let over = e
+        .begin(&unique_key("bob"), fp(1), &p, |_| async { None })
+        .await;
     assert!(matches!(over, Begin::Answer(Answer::Overloaded)));
     assert!(
         store.calls.load(Ordering::SeqCst) <= calls + 2,
@@ -227,7 +230,8 @@ async fn pending_outcomes_are_bounded() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(e.pending_outcomes(), (0, 0));
     assert!(matches!(
-        e.begin(&unique_key("bob"), fp(1), &p, |_| None).await,
+        e.begin(&unique_key("bob"), fp(1), &p, |_| async { None })
+            .await,
         Begin::Run(_)
     ));
 }
@@ -335,13 +339,15 @@ async fn a_record_of_another_fingerprint_version_is_compared_in_that_version() {
         version: 0,
         digest: [5; 32],
     };
-    let Begin::Run(h) = e.begin(&k, old, &p, |_| None).await else {
+    let Begin::Run(h) = e.begin(&k, old, &p, |_| async { None }).await else {
         panic!()
     };
     e.finish(&h, Outcome::Complete(response(1))).await;
-    let same = e.begin(&k, fp(1), &p, |v| (v == 0).then_some(old)).await;
+    let same = e
+        .begin(&k, fp(1), &p, |v| async move { (v == 0).then_some(old) })
+        .await;
     assert!(matches!(same, Begin::Answer(Answer::Replay(_))));
-    let unknown = e.begin(&k, fp(1), &p, |_| None).await;
+    let unknown = e.begin(&k, fp(1), &p, |_| async { None }).await;
     assert!(matches!(unknown, Begin::Answer(Answer::Mismatch)));
 }
 

@@ -54,6 +54,9 @@ pub struct RouteConfig {
     pub retry_failed: Option<bool>,
     /// Largest request body, in bytes. Default 1048576.
     pub max_body_bytes: Option<usize>,
+    /// Largest decoded size of a `Content-Encoding: gzip` body, in bytes (`413` above).
+    /// Default 4 × `max_body_bytes` (unset here, so it follows a route's own body limit).
+    pub max_decoded_body_bytes: Option<usize>,
     /// Largest response body kept for replay, in bytes. Default 1048576.
     pub max_stored_response_bytes: Option<usize>,
     /// Response headers never replayed. Default `["set-cookie", "date"]`.
@@ -91,6 +94,7 @@ impl RouteConfig {
             lease_expired: Some("unknown".into()),
             retry_failed: Some(false),
             max_body_bytes: Some(1 << 20),
+            max_decoded_body_bytes: None,
             max_stored_response_bytes: Some(1 << 20),
             replay_deny_headers: s(&["set-cookie", "date"]),
             max_in_flight_per_principal: Some(0),
@@ -120,6 +124,7 @@ impl RouteConfig {
             lease_expired,
             retry_failed,
             max_body_bytes,
+            max_decoded_body_bytes,
             max_stored_response_bytes,
             replay_deny_headers,
             max_in_flight_per_principal,
@@ -205,6 +210,11 @@ pub(super) fn route_policy(
             errs.push(format!("{field}.ignore_json_pointers: `{p}` is not a JSON Pointer (RFC 6901), e.g. \"/client_ts\""));
         }
     }
+    if c.max_decoded_body_bytes == Some(0) {
+        errs.push(format!(
+            "{field}.max_decoded_body_bytes: must be at least 1"
+        ));
+    }
     let policy = RoutePolicy {
         key_required: c.key_required.unwrap_or(d.key_required),
         record_ttl,
@@ -222,6 +232,7 @@ pub(super) fn route_policy(
         lease_expired,
         retry_failed: c.retry_failed.unwrap_or(d.retry_failed),
         max_body_bytes: c.max_body_bytes.unwrap_or(d.max_body_bytes),
+        max_decoded_body_bytes: c.max_decoded_body_bytes,
         max_stored_response_bytes: c
             .max_stored_response_bytes
             .unwrap_or(d.max_stored_response_bytes),

@@ -334,3 +334,30 @@ fn bad_limits_name_their_field() {
         "{err}"
     );
 }
+
+#[test]
+fn the_decoded_body_limit_follows_each_routes_body_limit_unless_set() {
+    let c = parse(
+        "upstream = \"http://127.0.0.1:3000\"\n[defaults]\nmax_body_bytes = 1000\n\
+         [[routes]]\nroute = \"POST /a\"\nmax_decoded_body_bytes = 1500\n\
+         [[routes]]\nroute = \"POST /b\"\nmax_body_bytes = 300\n",
+    );
+    let v = c.validate().unwrap();
+    assert_eq!(v.policy.default_route().decoded_body_limit(), 4000);
+    let limits: Vec<_> = v
+        .policy
+        .routes()
+        .map(|(r, p)| (r.to_owned(), p.decoded_body_limit()))
+        .collect();
+    assert!(limits.contains(&("POST /a".into(), 1500)), "{limits:?}");
+    assert!(limits.contains(&("POST /b".into(), 1200)), "{limits:?}");
+    let bad = parse(
+        "upstream = \"http://127.0.0.1:3000\"\n[[routes]]\nroute = \"POST /a\"\nmax_decoded_body_bytes = 0\n",
+    );
+    let errs = bad.validate().unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("routes[0].max_decoded_body_bytes:")),
+        "{errs:?}"
+    );
+}

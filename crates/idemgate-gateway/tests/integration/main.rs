@@ -9,6 +9,7 @@ mod demo;
 mod docs;
 mod failures;
 mod faults;
+mod fingerprint;
 mod limits;
 mod postgres;
 mod principal;
