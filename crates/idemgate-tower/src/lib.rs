@@ -14,6 +14,7 @@ mod lease;
 pub mod policy;
 pub mod rejection;
 mod service;
+mod template;
 
 pub use layer::IdempotencyLayer;
 pub use lease::{LeaseHandle, NotSent};

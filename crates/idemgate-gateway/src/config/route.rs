@@ -199,6 +199,12 @@ pub(super) fn route_policy(
             errs.push(format!("{field}.ignore_json_pointers: `{p}` is not a JSON Pointer (RFC 6901), e.g. \"/client_ts\""));
         }
     }
+    let max_stored = idemgate_core::integrity::MAX_STORED_RESPONSE_BYTES;
+    if c.max_stored_response_bytes.is_some_and(|n| n > max_stored) {
+        errs.push(format!(
+            "{field}.max_stored_response_bytes: at most {max_stored} (256 MiB), the largest response every store keeps"
+        ));
+    }
     let policy = RoutePolicy {
         key_required: c.key_required.unwrap_or(d.key_required),
         record_ttl,

@@ -14,3 +14,4 @@ mod readme;
 mod redis;
 mod replay;
 mod support;
+mod upstream;
