@@ -57,10 +57,67 @@ pub fn response_checksum(key: &ScopedKey, response: &StoredResponse) -> [u8; 32]
     h.finalize().into()
 }
 
-/// True for a status a stored response may have: `200`–`599` except `304` (`1xx` and `304`
-/// are never stored; DESIGN.md, "Replay hygiene").
+/// True for a status a replayable stored response may have: `200`–`599` except `304` (`1xx`
+/// are never stored and `304` is never replayed; DESIGN.md, "Replay hygiene").
 pub fn is_storable_status(status: u16) -> bool {
     (200..=599).contains(&status) && status != 304
+}
+
+/// True for a status a stored response may have: [`is_storable_status`] when it is
+/// replayable; any final status `200`–`599` (`304` included) when it is not, since only the
+/// status is kept (RFC 9110 §15.4.5: a `304` has no content and answers a conditional
+/// `GET`/`HEAD` only, so it is recorded but never replayed).
+pub fn is_status_allowed(status: u16, replayable: bool) -> bool {
+    match replayable {
+        true => is_storable_status(status),
+        false => (200..=599).contains(&status),
+    }
+}
+
+/// Largest stored response, body plus encoded headers, in bytes (256 MiB). Every store takes
+/// a value this large (Redis caps a value at 512 MB, PostgreSQL and SQLite at 1 GB); a larger
+/// response is delivered but not kept.
+pub const MAX_STORED_RESPONSE_BYTES: usize = 256 << 20;
+
+/// Checks, before an outcome write, that `response` can be stored and read back: the rules
+/// [`RawRecord::validate`] applies to a completed record's response (status, headers that
+/// round-trip through [`StoredResponse::encode_headers`], no body when not replayable) and
+/// [`MAX_STORED_RESPONSE_BYTES`]. A front door that gets an error keeps the outcome as not
+/// replayable instead of writing a record that would read back as corrupt.
+///
+/// # Errors
+/// The first rule broken, as a message (e.g. `"status 304 is never replayed"`).
+pub fn check_storable(response: &StoredResponse) -> Result<(), String> {
+    let status = response.status;
+    if !is_status_allowed(status, response.replayable) {
+        return Err(match status {
+            304 => "status 304 is never replayed".to_owned(),
+            s => format!("status {s} is not a storable final status (200-599)"),
+        });
+    }
+    if !response.replayable && !response.body.is_empty() {
+        return Err("a response marked not replayable holds a body".into());
+    }
+    let too_long = |n: usize| u32::try_from(n).is_err();
+    if let Some((name, _)) = response
+        .headers
+        .iter()
+        .find(|(n, v)| n.is_empty() || too_long(n.len()) || too_long(v.len()))
+    {
+        return Err(format!("header `{name}` cannot be encoded"));
+    }
+    let header_bytes: usize = response
+        .headers
+        .iter()
+        .map(|(n, v)| 8 + n.len() + v.len())
+        .sum();
+    let total = header_bytes.saturating_add(response.body.len());
+    if total > MAX_STORED_RESPONSE_BYTES {
+        return Err(format!(
+            "{total} bytes of headers and body exceed {MAX_STORED_RESPONSE_BYTES}"
+        ));
+    }
+    Ok(())
 }
 
 /// A record as a store read it, before validation. `None` means missing or unreadable as
@@ -178,7 +235,8 @@ impl RawRecord {
     /// # Errors
     /// [`StoreError::Corrupt`] naming the first rule broken: a missing or out-of-range
     /// field, an unknown state, a digest that is not 32 bytes, a completed record without a
-    /// storable status (`200`–`599`, not `304`), headers, replayable flag or (when
+    /// storable status ([`is_status_allowed`]: `200`–`599`, `304` only when not replayable),
+    /// headers, replayable flag or (when
     /// replayable) body, headers that do not decode, or a checksum that does not match.
     pub fn validate(self) -> Result<IdempotencyRecord, StoreError> {
         let corrupt = |detail: &str| StoreError::Corrupt {
@@ -232,14 +290,14 @@ impl RawRecord {
         let corrupt = |detail: &str| StoreError::Corrupt {
             detail: detail.to_owned(),
         };
-        let status = self
-            .status
-            .and_then(|s| u16::try_from(s).ok())
-            .filter(|s| is_storable_status(*s))
-            .ok_or_else(|| corrupt("stored status missing or not a storable HTTP status"))?;
         let replayable = self
             .replayable
             .ok_or_else(|| corrupt("replayable flag missing"))?;
+        let status = self
+            .status
+            .and_then(|s| u16::try_from(s).ok())
+            .filter(|s| is_status_allowed(*s, replayable))
+            .ok_or_else(|| corrupt("stored status missing or not a storable HTTP status"))?;
         let raw_headers = self
             .headers
             .as_ref()

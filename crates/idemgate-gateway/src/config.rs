@@ -48,6 +48,10 @@ pub struct Config {
     pub max_pending_outcome_bytes: usize,
     /// Time allowed for the upstream's response headers. Default `60s`.
     pub upstream_timeout: String,
+    /// Most header fields accepted in an upstream response (HTTP/1.1), 1 to
+    /// [`MAX_RESPONSE_HEADERS_LIMIT`]; a response with more is `502` and its key fails (the
+    /// upstream may have run). Default 256.
+    pub max_response_headers: usize,
     /// The key header's name. Default `Idempotency-Key`.
     pub header_name: String,
     /// Methods covered. Default `["POST", "PATCH"]`.
@@ -84,6 +88,7 @@ impl Default for Config {
             max_pending_outcomes: 1024,
             max_pending_outcome_bytes: 64 << 20,
             upstream_timeout: "60s".into(),
+            max_response_headers: 256,
             header_name: "Idempotency-Key".into(),
             methods: vec!["POST".into(), "PATCH".into()],
             key_min_length: idemgate_core::key::DEFAULT_MIN_LEN,
@@ -97,6 +102,10 @@ impl Default for Config {
         }
     }
 }
+
+/// Largest accepted `max_response_headers`: the parser allocates this many slots per
+/// response.
+pub const MAX_RESPONSE_HEADERS_LIMIT: usize = 4096;
 
 /// A configuration that passed [`Config::validate`].
 #[derive(Debug, Clone)]
@@ -113,6 +122,8 @@ pub struct Validated {
     pub store_options: OpenOptions,
     /// Upstream response-header timeout.
     pub upstream_timeout: Duration,
+    /// Most header fields in an upstream response.
+    pub max_response_headers: usize,
     /// In-process purge period; `None` disables.
     pub purge_interval: Option<Duration>,
     /// Purge batch size.
@@ -179,6 +190,12 @@ impl Config {
             .map_err(|e| errs.push(format!("store: {e}")))
             .ok();
         let upstream_timeout = duration("upstream_timeout", &self.upstream_timeout, &mut errs);
+        if !(1..=MAX_RESPONSE_HEADERS_LIMIT).contains(&self.max_response_headers) {
+            errs.push(format!(
+                "max_response_headers: must be between 1 and {MAX_RESPONSE_HEADERS_LIMIT}, got {}",
+                self.max_response_headers
+            ));
+        }
         let lifecycle = self.lifecycle(&mut errs);
         let purge_interval = duration("purge_interval", &self.purge_interval, &mut errs);
         let purge_batch = std::num::NonZeroU32::new(self.purge_batch);
@@ -226,6 +243,7 @@ impl Config {
         } else {
             RouteConfig::builtin()
         };
+        let mut seen = std::collections::HashMap::new();
         for (i, r) in self.routes.iter().enumerate() {
             let field = format!("routes[{i}]");
             let rp = route_policy(&field, &r.or(&inherited), &jwt, &mut errs);
@@ -233,6 +251,13 @@ impl Config {
                 errs.push(format!("{field}.route: missing (e.g. \"POST /payments\")"));
                 continue;
             };
+            let spelled: Vec<&str> = template.split_whitespace().collect();
+            if let Some(first) = seen.insert(spelled.join(" "), i) {
+                errs.push(format!(
+                    "{field}.route: `{template}` is already routes[{first}].route; merge the two entries"
+                ));
+                continue;
+            }
             match policy.clone().with_route(template, rp.unwrap_or_default()) {
                 Ok(p) => policy = p,
                 Err(e) => errs.push(format!("{field}.route: {e}")),
@@ -260,6 +285,7 @@ impl Config {
                 store,
                 store_options: self.open_options(),
                 upstream_timeout,
+                max_response_headers: self.max_response_headers,
                 purge_interval: (!purge.is_zero()).then_some(purge),
                 purge_batch,
                 policy,

@@ -5,13 +5,15 @@
 //!
 //! # Layout
 //! - [`cli`]: the command line; [`config`]: the TOML file and its validation.
-//! - [`server`]: the listeners and the purge task; [`proxy`]: the upstream client.
+//! - [`server`]: the listeners and the purge task; [`proxy`]: the upstream client;
+//!   [`linger`]: lingering close, so early answers reach clients still sending.
 //! - [`store`]: the backend chosen at run time.
 //! - [`payments`] and [`demo`]: the example payments API and the incident replay.
 
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod linger;
 pub mod payments;
 pub mod proxy;
 pub mod server;

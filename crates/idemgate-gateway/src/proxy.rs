@@ -25,6 +25,13 @@ use idemgate_tower::NotSent;
 #[error("the upstream did not answer within {0:?}")]
 pub struct UpstreamTimeout(pub Duration);
 
+/// The upstream's response head had more header fields than `max_response_headers` (or was
+/// larger than the parser's buffer, about 400 KB). The request was sent, so the operation
+/// may have run.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream's response head is too large (over {0} header fields, or over the parser's buffer)")]
+pub struct UpstreamHeadTooLarge(pub usize);
+
 /// A `tower::Service` that forwards requests to one upstream base URL.
 #[derive(Clone, Debug)]
 pub struct Proxy {
@@ -34,18 +41,21 @@ pub struct Proxy {
     /// Shared: the proxy is cloned for every request.
     base_path: std::sync::Arc<str>,
     timeout: Duration,
+    max_headers: usize,
 }
 
 impl Proxy {
     /// A proxy to `upstream` (`http://host:port[/prefix]`); `timeout` bounds the wait for
-    /// response headers.
-    pub fn new(upstream: &Uri, timeout: Duration) -> Self {
+    /// response headers; a response with more than `max_headers` header fields (HTTP/1.1) is
+    /// an [`UpstreamHeadTooLarge`] error (hyper's default would be 100).
+    pub fn new(upstream: &Uri, timeout: Duration, max_headers: usize) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(256)
+            .http1_max_headers(max_headers)
             .build(connector);
         Self {
             client,
@@ -59,6 +69,7 @@ impl Proxy {
                 .expect("validated upstream has a host"),
             base_path: upstream.path().trim_end_matches('/').into(),
             timeout,
+            max_headers,
         }
     }
 
@@ -88,6 +99,20 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
+}
+
+/// True when hyper refused the response head for its size or header count.
+fn head_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_parse_too_large)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -135,6 +160,10 @@ impl tower::Service<Request<BoxBody>> for Proxy {
             {
                 Err(_) => return Err(UpstreamTimeout(this.timeout).into()),
                 Ok(Err(e)) if e.is_connect() => return Err(NotSent(e.into()).into()),
+                Ok(Err(e)) if head_too_large(&e) => {
+                    tracing::warn!(error = %e, "upstream response head too large");
+                    return Err(UpstreamHeadTooLarge(this.max_headers).into());
+                }
                 Ok(Err(e)) => return Err(e.into()),
                 Ok(Ok(resp)) => resp,
             };

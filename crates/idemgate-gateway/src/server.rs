@@ -22,7 +22,8 @@ use tokio::sync::watch;
 use tower::Layer;
 
 use crate::config::Validated;
-use crate::proxy::{Proxy, UpstreamTimeout};
+use crate::linger::{Linger, LingerListener};
+use crate::proxy::{Proxy, UpstreamHeadTooLarge, UpstreamTimeout};
 use crate::store::AnyStore;
 
 /// Serves the gateway on `listener` (and the admin endpoints on `admin`, if given) until
@@ -63,7 +64,11 @@ pub async fn run_with_store(
     let type_base = config.policy.problem_type_base.clone();
     let layer = IdempotencyLayer::new(store.clone(), config.policy);
     let detached = layer.detached_tasks().clone();
-    let proxy = layer.layer(Proxy::new(&config.upstream, config.upstream_timeout));
+    let proxy = layer.layer(Proxy::new(
+        &config.upstream,
+        config.upstream_timeout,
+        config.max_response_headers,
+    ));
     let service = HandleError::new(proxy, move |e: BoxError| {
         let type_base = type_base.clone();
         async move { upstream_error(&type_base, &e) }
@@ -101,9 +106,10 @@ pub async fn run_with_store(
         "idemgate gateway listening"
     );
     // Responses go out as soon as they are written: Nagle's algorithm would hold small
-    // writes back for the client's delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
+    // writes back for the client's delayed ACK. Connections linger on close, so an answer
+    // sent before the request body was read (`413`) reaches a client still sending it.
+    let listener = LingerListener::new(listener, Linger::default()).tap_io(|tcp| {
+        let _ = tcp.get_ref().set_nodelay(true);
     });
     axum::serve(
         listener,
@@ -143,6 +149,8 @@ fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
             "upstream-unreachable",
             "The API could not be reached; nothing was sent. Retry the request (with the same idempotency key, if it had one).",
         )
+    } else if e.is::<UpstreamHeadTooLarge>() {
+        ("upstream-failed", "The API's response had more header fields than the gateway accepts (max_response_headers), so it was not delivered. The operation may have run: the key is marked failed; check the result before using a new key.")
     } else {
         ("upstream-failed", "The connection to the API failed after the request was sent, so the operation may have run. The key is marked failed; check the result before using a new key.")
     };

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::response::Parts;
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body;
+use idemgate_core::integrity::check_storable;
 use idemgate_core::lifecycle::{Answer, Begin, Holder, Outcome};
 use idemgate_core::{
     BoxError, Fingerprint, IdempotencyStore, Lifecycle, ScopedKey, StoredResponse,
@@ -164,7 +165,10 @@ async fn execute<S, St, ResB>(
     let forwarded = lifecycle.hold(&holder, async {
         let (parts, body) = inner.call(request).await?.into_parts();
         let body = boxed(body);
+        // A `304` is kept as not replayable: it has no body and answers a conditional
+        // `GET`/`HEAD` only (RFC 9110 §15.4.5), so it is never replayed.
         let keep = rp.action_for(parts.status) == StatusAction::Store
+            && parts.status != StatusCode::NOT_MODIFIED
             && !is_streaming(&parts.headers)
             && content_length(&parts.headers).is_none_or(|n| n <= cap as u64);
         let received = match keep {
@@ -202,19 +206,17 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
         body,
         replayable,
     };
+    let keep = |body: Bytes, replayable: bool| storable(&covered.label, stored(body, replayable));
     let (outcome, body) = match (rp.action_for(parts.status), received) {
         (StatusAction::Release, r) => (Outcome::Release, unbuffered(r)),
         (StatusAction::Fail, r) => (Outcome::Fail, unbuffered(r)),
-        (StatusAction::Store, Received::Streamed(body)) => {
-            (Outcome::Complete(stored(Bytes::new(), false)), body)
-        }
+        (StatusAction::Store, Received::Streamed(body)) => (keep(Bytes::new(), false), body),
         (StatusAction::Store, Received::Buffered(Buffered::Complete(bytes))) => {
-            (Outcome::Complete(stored(bytes.clone(), true)), full(bytes))
+            (keep(bytes.clone(), true), full(bytes))
         }
-        (StatusAction::Store, Received::Buffered(Buffered::Exceeded { prefix, rest })) => (
-            Outcome::Complete(stored(Bytes::new(), false)),
-            chain(prefix, rest),
-        ),
+        (StatusAction::Store, Received::Buffered(Buffered::Exceeded { prefix, rest })) => {
+            (keep(Bytes::new(), false), chain(prefix, rest))
+        }
         (StatusAction::Store, Received::Buffered(Buffered::Failed(e))) => {
             tracing::warn!(error = %e, route = %covered.label, "upstream response broke off; failing the record");
             let broke = IdempotencyRejection::UpstreamResponseFailed;
@@ -225,6 +227,27 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
         }
     };
     (outcome, Response::from_parts(parts, body))
+}
+
+/// The outcome for a response the client gets whole: completed with `response` if a store
+/// can keep it and read it back ([`check_storable`]); else completed as not replayable
+/// (retries get `410`), without its headers if they are what cannot be kept. Never a
+/// failure or a release: the operation ran and its answer was delivered.
+fn storable(route: &str, mut response: StoredResponse) -> Outcome {
+    let Err(why) = check_storable(&response) else {
+        return Outcome::Complete(response);
+    };
+    tracing::warn!(route, status = response.status, reason = %why, "response delivered but not kept for replay");
+    response.replayable = false;
+    response.body = Bytes::new();
+    if check_storable(&response).is_err() {
+        response.headers.clear();
+    }
+    match check_storable(&response) {
+        Ok(()) => Outcome::Complete(response),
+        // Only a status outside 200-599, which no status list can name.
+        Err(_) => Outcome::Fail,
+    }
 }
 
 /// The body of a response that was not kept (only kept responses are buffered).
@@ -296,4 +319,45 @@ fn outcome_label(r: &IdempotencyRejection) -> &'static str {
 pub(crate) fn count(route: &str, outcome: &'static str) {
     metrics::counter!("idempotency_requests_total", "outcome" => outcome, "route" => route.to_owned())
         .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idemgate_core::integrity::MAX_STORED_RESPONSE_BYTES;
+
+    fn response(headers: Vec<(String, Bytes)>, body: Bytes) -> StoredResponse {
+        StoredResponse {
+            status: 201,
+            headers,
+            body,
+            replayable: true,
+        }
+    }
+
+    fn completed(outcome: Outcome) -> StoredResponse {
+        match outcome {
+            Outcome::Complete(r) => r,
+            other => panic!("expected a completed record, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_a_store_cannot_keep_completes_as_not_replayable() {
+        let header = || vec![("location".to_owned(), Bytes::from_static(b"/p/1"))];
+        let kept = completed(storable("r", response(header(), Bytes::from("{}"))));
+        assert!(kept.replayable);
+        assert_eq!(kept.body, "{}");
+
+        let huge = Bytes::from(vec![b'x'; MAX_STORED_RESPONSE_BYTES]);
+        let too_large = completed(storable("r", response(header(), huge)));
+        assert_eq!((too_large.status, too_large.replayable), (201, false));
+        assert!(too_large.body.is_empty());
+        assert_eq!(too_large.headers, header(), "the headers are still kept");
+
+        let bad_header = vec![(String::new(), Bytes::from_static(b"v"))];
+        let unencodable = completed(storable("r", response(bad_header, Bytes::from("{}"))));
+        assert!(!unencodable.replayable);
+        assert!(unencodable.headers.is_empty() && unencodable.body.is_empty());
+    }
 }

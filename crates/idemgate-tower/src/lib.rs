@@ -17,6 +17,7 @@ pub mod limits;
 pub mod policy;
 pub mod rejection;
 mod service;
+mod template;
 
 pub use jwt::{JwtVerifier, TokenError};
 pub use layer::IdempotencyLayer;

@@ -172,10 +172,12 @@ impl Default for RoutePolicy {
 
 impl RoutePolicy {
     /// What an upstream `status` does to the record: release, then fail, then store lists;
-    /// a status in none of them fails the record. `1xx` and `304` are never stored.
+    /// a status in none of them fails the record. `1xx` release the key (never stored); a
+    /// `304` follows the lists like any `3xx`, and when stored it is kept as not replayable
+    /// (retries get `410`), never released: the operation may have run.
     pub fn action_for(&self, status: StatusCode) -> StatusAction {
         let s = status.as_u16();
-        if self.release_statuses.iter().any(|p| p.matches(s)) || s < 200 || s == 304 {
+        if self.release_statuses.iter().any(|p| p.matches(s)) || s < 200 {
             StatusAction::Release
         } else if self.fail_statuses.iter().any(|p| p.matches(s)) {
             StatusAction::Fail
@@ -300,7 +302,9 @@ impl Policy {
     /// Adds a route such as `POST /accounts/{id}/refunds`. Its method is covered from now on.
     ///
     /// # Errors
-    /// [`PolicyError::BadRoute`] for a malformed or duplicate template.
+    /// [`PolicyError::BadRoute`] for a malformed or duplicate template, or one the router
+    /// would not match as meant (`:id` or `*rest` instead of `{id}` or `{*rest}`, unbalanced
+    /// braces), with the right spelling.
     pub fn with_route(mut self, route: &str, policy: RoutePolicy) -> Result<Self, PolicyError> {
         let bad = |reason: String| PolicyError::BadRoute {
             route: route.to_owned(),
@@ -315,12 +319,13 @@ impl Policy {
         if !path.starts_with('/') {
             return Err(bad("the path must start with `/`".into()));
         }
+        crate::template::check(path).map_err(bad)?;
         let index = self.routes.len();
         self.matchers
             .entry(method.clone())
             .or_default()
             .insert(path, index)
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| bad(crate::template::insert_error(e, &method, path)))?;
         if !self.methods.contains(&method) {
             self.methods.push(method.clone());
         }
@@ -409,7 +414,7 @@ mod tests {
             (200, StatusAction::Store),
             (201, StatusAction::Store),
             (302, StatusAction::Store),
-            (304, StatusAction::Release),
+            (304, StatusAction::Store),
             (400, StatusAction::Store),
             (404, StatusAction::Store),
             (408, StatusAction::Release),

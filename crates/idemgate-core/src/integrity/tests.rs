@@ -140,3 +140,90 @@ fn storable_statuses() {
         assert!(!is_storable_status(s), "{s}");
     }
 }
+
+#[test]
+fn a_304_is_kept_only_as_not_replayable() {
+    let key = unique_key("alice");
+    let not_modified = StoredResponse {
+        status: 304,
+        replayable: false,
+        body: Bytes::new(),
+        ..response(0)
+    };
+    assert_eq!(check_storable(&not_modified), Ok(()));
+    let raw = RawRecord::completed(&key, fp(1), 1, 0, 10, &not_modified);
+    let rec = raw.validate().unwrap().response.unwrap();
+    assert_eq!((rec.status, rec.replayable), (304, false));
+    let replayed = StoredResponse {
+        replayable: true,
+        ..not_modified
+    };
+    assert!(check_storable(&replayed).unwrap_err().contains("304"));
+    let raw = RawRecord::completed(&key, fp(1), 1, 0, 10, &replayed);
+    assert!(corrupt(raw).contains("status"));
+}
+
+/// Whatever `check_storable` accepts reads back through `validate`; what it refuses is named.
+#[test]
+fn check_storable_matches_validate() {
+    let key = unique_key("alice");
+    let ok = [
+        response(64),
+        StoredResponse {
+            headers: vec![("x-bin".into(), Bytes::from_static(b"\xff\x80 obs-text"))],
+            ..response(3)
+        },
+        StoredResponse {
+            status: 599,
+            ..response(0)
+        },
+    ];
+    for r in ok {
+        assert_eq!(check_storable(&r), Ok(()), "{r:?}");
+        let raw = RawRecord::completed(&key, fp(1), 1, 0, 10, &r);
+        assert_eq!(raw.validate().unwrap().response.unwrap(), r);
+    }
+    let refused = [
+        (
+            StoredResponse {
+                status: 101,
+                ..response(1)
+            },
+            "status 101",
+        ),
+        (
+            StoredResponse {
+                status: 600,
+                replayable: false,
+                body: Bytes::new(),
+                ..response(0)
+            },
+            "status 600",
+        ),
+        (
+            StoredResponse {
+                replayable: false,
+                ..response(4)
+            },
+            "holds a body",
+        ),
+        (
+            StoredResponse {
+                headers: vec![(String::new(), Bytes::from_static(b"v"))],
+                ..response(1)
+            },
+            "cannot be encoded",
+        ),
+        (
+            StoredResponse {
+                body: Bytes::from(vec![0; MAX_STORED_RESPONSE_BYTES]),
+                ..response(0)
+            },
+            "exceed",
+        ),
+    ];
+    for (r, why) in refused {
+        let err = check_storable(&r).unwrap_err();
+        assert!(err.contains(why), "{err} (wanted {why})");
+    }
+}

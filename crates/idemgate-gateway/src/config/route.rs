@@ -215,6 +215,12 @@ pub(super) fn route_policy(
             "{field}.max_decoded_body_bytes: must be at least 1"
         ));
     }
+    let max_stored = idemgate_core::integrity::MAX_STORED_RESPONSE_BYTES;
+    if c.max_stored_response_bytes.is_some_and(|n| n > max_stored) {
+        errs.push(format!(
+            "{field}.max_stored_response_bytes: at most {max_stored} (256 MiB), the largest response every store keeps"
+        ));
+    }
     let policy = RoutePolicy {
         key_required: c.key_required.unwrap_or(d.key_required),
         record_ttl,

@@ -361,3 +361,87 @@ fn the_decoded_body_limit_follows_each_routes_body_limit_unless_set() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn route_templates_the_router_would_not_match_are_refused_with_the_right_spelling() {
+    let c = parse(
+        r#"
+        upstream = "http://127.0.0.1:3000"
+        [[routes]]
+        route = "POST /accounts/:id/refunds"
+        [[routes]]
+        route = "POST /files/*rest"
+        [[routes]]
+        route = "POST /orders/{id"
+        [[routes]]
+        route = "POST /payments"
+        [[routes]]
+        route = "POST  /payments"
+        [[routes]]
+        route = "POST /carts/{id}/items"
+        [[routes]]
+        route = "POST /carts/{cart}/items"
+        "#,
+    );
+    let errs = c.validate().unwrap_err();
+    for (field, hint) in [
+        ("routes[0].route:", "`{id}`"),
+        ("routes[1].route:", "`{*rest}`"),
+        ("routes[2].route:", "unbalanced braces"),
+        ("routes[4].route:", "is already routes[3].route"),
+        (
+            "routes[6].route:",
+            "conflicts with `POST /carts/{id}/items`",
+        ),
+    ] {
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with(field) && e.contains(hint)),
+            "{field} {hint} missing in {errs:#?}"
+        );
+    }
+    assert_eq!(errs.len(), 5, "{errs:#?}");
+    assert!(
+        errs.iter().all(|e| !e.contains("Insertion failed")),
+        "our words, not the router's: {errs:#?}"
+    );
+    let ok = parse(
+        "upstream = \"http://127.0.0.1:3000\"\n[[routes]]\nroute = \"POST /files/{*path}\"\n\
+         [[routes]]\nroute = \"POST /v{version}/payments\"\n",
+    );
+    ok.validate().unwrap();
+}
+
+#[test]
+fn response_limits_are_checked() {
+    let v = parse("upstream = \"http://127.0.0.1:3000\"\nmax_response_headers = 1000\n")
+        .validate()
+        .unwrap();
+    assert_eq!(v.max_response_headers, 1000);
+    let default = parse("upstream = \"http://127.0.0.1:3000\"\n")
+        .validate()
+        .unwrap();
+    assert_eq!(default.max_response_headers, 256);
+    for n in [0, MAX_RESPONSE_HEADERS_LIMIT + 1] {
+        let errs = parse(&format!(
+            "upstream = \"http://127.0.0.1:3000\"\nmax_response_headers = {n}\n"
+        ))
+        .validate()
+        .unwrap_err();
+        assert!(
+            errs.iter().any(|e| e.starts_with("max_response_headers:")),
+            "{errs:#?}"
+        );
+    }
+    let errs = parse(
+        "upstream = \"http://127.0.0.1:3000\"\n[[routes]]\nroute = \"POST /exports\"\n\
+         max_stored_response_bytes = 1073741824\n",
+    )
+    .validate()
+    .unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("routes[0].max_stored_response_bytes:")),
+        "{errs:#?}"
+    );
+}

@@ -17,3 +17,4 @@ mod readme;
 mod redis;
 mod replay;
 mod support;
+mod upstream;

@@ -18,7 +18,8 @@ pub(crate) use relay::Relay;
 
 /// An upstream that counts every request it receives and answers per query parameters:
 /// `status=N`, `delay_ms=N` (before answering), `bytes=N` (body size), `stream=1`
-/// (`text/event-stream`), `broken=1` (body breaks off after its first chunk).
+/// (`text/event-stream`), `broken=1` (body breaks off after its first chunk), `headers=N`
+/// (`N` more headers, `x-h-0: v0` to `x-h-{N-1}`).
 #[derive(Clone)]
 pub(crate) struct Upstream {
     pub(crate) base: String,
@@ -99,8 +100,14 @@ async fn handler(
             .unwrap(),
         ),
     };
+    let mut extra = HeaderMap::new();
+    for i in 0..num("headers").unwrap_or(0) {
+        let name = axum::http::HeaderName::try_from(format!("x-h-{i}")).unwrap();
+        extra.insert(name, format!("v{i}").parse().unwrap());
+    }
     (
         status,
+        extra,
         [
             ("content-type", "application/json"),
             ("location", "/payments/pay_1"),
