@@ -13,4 +13,5 @@ mod postgres;
 mod readme;
 mod redis;
 mod replay;
+mod sqlite_files;
 mod support;
