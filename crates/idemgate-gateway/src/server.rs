@@ -166,10 +166,16 @@ fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
 async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {
     match tokio::time::timeout(Duration::from_secs(2), store.ping()).await {
         Ok(Ok(())) => (StatusCode::OK, "ready\n".to_owned()),
-        Ok(Err(e)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("store unavailable: {e}\n"),
-        ),
+        Ok(Err(e)) => {
+            // The whole chain: the store's own error says what is wrong (e.g. which file).
+            let mut why = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                why = format!("{why}: {s}");
+                source = s.source();
+            }
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"))
+        }
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "store timed out\n".to_owned(),

@@ -10,7 +10,6 @@
 //! sustained load the WAL only restarts from its beginning after a checkpoint that caught
 //! up with every commit, which the writer's own (then small) checkpoint guarantees.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -19,6 +18,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use crate::error::{Result, SqliteStoreError};
+use crate::file::DbFile;
 
 /// Longest pause between two checkpoints.
 const INTERVAL: Duration = Duration::from_millis(200);
@@ -38,16 +38,17 @@ pub(crate) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Opens a connection to `path` and starts the thread.
-    pub(crate) fn spawn(path: &Path) -> Result<Self> {
-        let conn = Connection::open(path)?;
+    /// Opens a connection to `file` and starts the thread. It checkpoints only while the
+    /// database files are in order ([`DbFile::check`]).
+    pub(crate) fn spawn(file: Arc<DbFile>) -> Result<Self> {
+        let conn = Connection::open(file.path())?;
         // PASSIVE checkpoints never wait; a busy lock just skips a round.
         conn.busy_timeout(Duration::ZERO)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let thread = thread::Builder::new()
             .name("idemgate-sqlite-checkpoint".into())
-            .spawn(move || run(conn, &stopped))
+            .spawn(move || run(conn, &file, &stopped))
             .map_err(SqliteStoreError::Spawn)?;
         Ok(Self {
             thread: Some(thread),
@@ -73,12 +74,15 @@ impl Drop for Checkpointer {
     }
 }
 
-fn run(conn: Connection, stop: &AtomicBool) {
+fn run(conn: Connection, file: &DbFile, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
         // Errors (a busy lock, an I/O error) skip a round; the writer's automatic
-        // checkpoint still bounds the WAL.
-        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        // checkpoint still bounds the WAL. A changed file is not touched (a truncated
+        // -shm faults).
+        if file.gone().is_none() {
+            let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        }
         thread::park_timeout(INTERVAL);
     }
-    let _ = conn.close();
+    file.close(conn);
 }

@@ -39,11 +39,14 @@ pub enum SqliteStoreError {
     /// The store thread has stopped (the store was closed, or the thread panicked).
     #[error("sqlite store thread has stopped")]
     Closed,
-    /// The database file was deleted or replaced while the store had it open: writing on
-    /// would keep records nobody can read after a restart, so every operation is refused.
-    #[error("the database file {} was deleted or replaced while open", path.display())]
+    /// The database file, its `-wal` or its `-shm` was deleted or replaced while the store
+    /// had it open, or the `-shm` was truncated: writing on would keep records nobody can
+    /// read after a restart (or corrupt the log, or fault on the lost shared memory), so
+    /// every operation is refused. A deleted or replaced file renamed back is accepted
+    /// again; after a truncated `-shm`, only a restart helps.
+    #[error("the SQLite file {} was deleted, replaced or truncated while open", path.display())]
     FileGone {
-        /// The database file, as opened.
+        /// The file that changed, as opened: the database, or its `-wal` or `-shm`.
         path: std::path::PathBuf,
     },
     /// A read on the blocking thread pool did not finish (it panicked, or the runtime is

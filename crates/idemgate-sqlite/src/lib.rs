@@ -44,7 +44,8 @@
 //! - [`SqliteStoreError`]: errors, converted into [`idemgate_core::StoreError`].
 //! - Inside: `worker` (the store thread and its group commit), `ops` (the write SQL),
 //!   `readers` and `row` (the read path and row decoding), `schema` (migrations),
-//!   `checkpoint` (the WAL checkpointer), `file` (is the database file still there).
+//!   `checkpoint` (the WAL checkpointer), `file` (are the database, `-wal` and `-shm` files
+//!   still the ones opened).
 //!
 //! # State machine
 //! ```text

@@ -116,6 +116,9 @@ impl Readers {
             self.permits.close();
             drop(all);
         }
-        self.idle().clear();
+        let idle = std::mem::take(&mut *self.idle());
+        for conn in idle {
+            self.file.close(conn);
+        }
     }
 }

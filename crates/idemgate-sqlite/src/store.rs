@@ -50,7 +50,8 @@ use crate::worker::{Access, Command, Worker};
 /// # Errors
 /// Operations fail with [`StoreError::Unavailable`] when new work meets a full queue, the
 /// thread has stopped, the database stays locked by another process for longer than
-/// [`SqliteOptions::busy_timeout`], or the database file was deleted or replaced; with
+/// [`SqliteOptions::busy_timeout`], or a database file (or its `-wal` or `-shm`) was deleted,
+/// replaced or truncated; with
 /// [`StoreError::Corrupt`] when a live stored row fails validation (the row is left
 /// untouched; once past its `expires_at` it counts as absent, like any expired record). The
 /// source of the error is a [`SqliteStoreError`].
@@ -147,7 +148,7 @@ impl SqliteStore {
         let (exited_tx, exited) = oneshot::channel();
         let checkpointer = file
             .as_ref()
-            .map(|f| Checkpointer::spawn(f.path()))
+            .map(|f| Checkpointer::spawn(Arc::clone(f)))
             .transpose()?;
         let path = file.as_ref().map(|f| f.path().to_owned());
         let worker = Worker::new(conn, file, checkpointer, options.max_batch);

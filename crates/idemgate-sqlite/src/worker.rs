@@ -3,7 +3,7 @@
 //! replying to each command only once that transaction committed.
 
 use std::fmt;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use idemgate_core::StoreError;
@@ -96,8 +96,8 @@ enum Void<'a> {
     Transaction(&'a Arc<rusqlite::Error>),
     /// Another command's error made SQLite roll the transaction back.
     Aborted,
-    /// The database file was deleted or replaced.
-    FileGone(&'a Path),
+    /// A database file was deleted, replaced or truncated (this one).
+    FileGone(PathBuf),
 }
 
 impl Void<'_> {
@@ -105,9 +105,7 @@ impl Void<'_> {
         match self {
             Self::Transaction(e) => SqliteStoreError::Transaction(Arc::clone(e)),
             Self::Aborted => SqliteStoreError::Aborted,
-            Self::FileGone(path) => SqliteStoreError::FileGone {
-                path: path.to_path_buf(),
-            },
+            Self::FileGone(path) => SqliteStoreError::FileGone { path: path.clone() },
         }
     }
 }
@@ -115,7 +113,8 @@ impl Void<'_> {
 /// The store thread's state. Its buffers are reused from one batch to the next.
 pub(crate) struct Worker {
     conn: Connection,
-    /// The database file, checked before every batch; `None` in memory.
+    /// The database files, checked before every batch and after its commit; `None` in
+    /// memory.
     file: Option<Arc<DbFile>>,
     checkpointer: Option<Checkpointer>,
     /// Batches run since the checkpointer was last nudged.
@@ -166,24 +165,27 @@ impl Worker {
         // Stop the checkpointer first, so closing the last connection checkpoints.
         drop(self.checkpointer.take());
         // Closing flushes the statement cache; in WAL mode the last connection to close
-        // checkpoints and removes the -wal file. An error here has no one to report to.
-        let _ = self.conn.close();
+        // checkpoints and removes the -wal file: only while the files are in order.
+        match &self.file {
+            Some(file) => file.close(self.conn),
+            None => {
+                let _ = self.conn.close();
+            }
+        }
         let _ = exited.send(());
     }
 
     fn run_batch(&mut self) {
-        if let Some(file) = &self.file {
-            if file.check().is_err() {
-                let void = Void::FileGone(file.path());
-                self.batch.drain(..).for_each(|cmd| cmd.refuse(&void));
-                return;
-            }
+        if let Some(void) = self.gone() {
+            self.batch.drain(..).for_each(|cmd| cmd.refuse(&void));
+            return;
         }
         // A lone single-statement command runs in autocommit mode: same atomicity, no
         // BEGIN/COMMIT round.
         if self.batch.len() == 1 && self.batch[0].access != Access::Compound {
             if let Some(cmd) = self.batch.pop() {
-                (cmd.run(&self.conn).deliver)(None);
+                let ran = cmd.run(&self.conn);
+                (ran.deliver)(self.gone().as_ref());
             }
             return;
         }
@@ -236,8 +238,11 @@ impl Worker {
     fn finish(&mut self) {
         match self.exec("COMMIT") {
             Ok(()) => {
+                // A file that changed during the batch may hold what was just committed
+                // (deleted: lost at the next restart): nothing is reported as recorded.
+                let gone = self.gone();
                 for ran in self.done.drain(..) {
-                    (ran.deliver)(None);
+                    (ran.deliver)(gone.as_ref());
                 }
             }
             Err(e) => {
@@ -251,6 +256,11 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Why every command must be refused, if a database file changed.
+    fn gone(&self) -> Option<Void<'static>> {
+        self.file.as_ref()?.gone().map(Void::FileGone)
     }
 
     fn exec(&self, sql: &str) -> rusqlite::Result<()> {

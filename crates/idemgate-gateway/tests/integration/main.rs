@@ -16,5 +16,6 @@ mod principal;
 mod readme;
 mod redis;
 mod replay;
+mod sqlite_files;
 mod support;
 mod upstream;
