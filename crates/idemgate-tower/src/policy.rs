@@ -48,8 +48,10 @@ impl StatusPattern {
     pub fn parse(s: &str) -> Result<Self, String> {
         let s = s.trim();
         let bad = || format!("`{s}` is not a status code (100-599) or class (1xx-5xx)");
-        if s.len() == 3 && s[1..].eq_ignore_ascii_case("xx") {
-            let c = s.as_bytes()[0];
+        // Bytes, not `&s[1..]`: a first character of two bytes (`"éx"`) is not a boundary.
+        let b = s.as_bytes();
+        if b.len() == 3 && b[1..].eq_ignore_ascii_case(b"xx") {
+            let c = b[0];
             return match c {
                 b'1'..=b'5' => Ok(Self::Class(c - b'0')),
                 _ => Err(bad()),
@@ -246,6 +248,9 @@ pub struct Policy {
     matchers: HashMap<Method, matchit::Router<usize>>,
 }
 
+/// The most parameters (`{name}`, `{*rest}`) a route template may have.
+pub const MAX_ROUTE_PARAMS: usize = 16;
+
 /// Default prefix of problem `type` URIs: the error reference in the repository.
 pub const DEFAULT_PROBLEM_BASE: &str =
     "https://github.com/idemgate/idemgate/blob/main/docs/errors.md";
@@ -302,9 +307,9 @@ impl Policy {
     /// Adds a route such as `POST /accounts/{id}/refunds`. Its method is covered from now on.
     ///
     /// # Errors
-    /// [`PolicyError::BadRoute`] for a malformed or duplicate template, or one the router
-    /// would not match as meant (`:id` or `*rest` instead of `{id}` or `{*rest}`, unbalanced
-    /// braces), with the right spelling.
+    /// [`PolicyError::BadRoute`] for a malformed or duplicate template, one the router would
+    /// not match as meant (`:id` or `*rest` instead of `{id}` or `{*rest}`, unbalanced braces),
+    /// with the right spelling, or one with more than [`MAX_ROUTE_PARAMS`] parameters.
     pub fn with_route(mut self, route: &str, policy: RoutePolicy) -> Result<Self, PolicyError> {
         let bad = |reason: String| PolicyError::BadRoute {
             route: route.to_owned(),
@@ -320,6 +325,10 @@ impl Policy {
             return Err(bad("the path must start with `/`".into()));
         }
         crate::template::check(path).map_err(bad)?;
+        // matchit panics past 25 parameters; `{{` is an escaped brace, not a parameter.
+        if path.replace("{{", "").matches('{').count() > MAX_ROUTE_PARAMS {
+            return Err(bad(format!("more than {MAX_ROUTE_PARAMS} parameters")));
+        }
         let index = self.routes.len();
         self.matchers
             .entry(method.clone())
@@ -431,5 +440,35 @@ mod tests {
         assert_eq!(StatusPattern::parse("418"), Ok(StatusPattern::Exact(418)));
         assert!(StatusPattern::parse("6xx").is_err());
         assert!(StatusPattern::parse("99").is_err());
+    }
+
+    /// Found by the `config` fuzz target: a three-byte value whose first character is two
+    /// bytes long (`"҇x"`, `"éx"`) made the class check slice inside it and panic.
+    #[test]
+    fn status_patterns_with_multibyte_characters_are_refused() {
+        for s in ["҇x", "éx", "xé", "€", "5é", "５xx", "ＸＸ"] {
+            let err = StatusPattern::parse(s).unwrap_err();
+            assert!(err.contains(s), "{err}");
+        }
+        assert_eq!(StatusPattern::parse(" 4XX "), Ok(StatusPattern::Class(4)));
+    }
+
+    /// Found by the `config` fuzz target: matchit panics on a template with more than 25
+    /// parameters, so a config file could crash the gateway instead of naming the route.
+    #[test]
+    fn routes_with_too_many_parameters_are_refused() {
+        let template = |n: usize| {
+            let params: String = (0..n).map(|i| format!("/{{p{i}}}")).collect();
+            format!("POST /x{params}")
+        };
+        let add = |route: &str| Policy::default().with_route(route, RoutePolicy::default());
+        assert!(add(&template(MAX_ROUTE_PARAMS)).is_ok());
+        for n in [MAX_ROUTE_PARAMS + 1, 26, 40] {
+            let err = add(&template(n)).unwrap_err().to_string();
+            assert!(err.contains("more than 16 parameters"), "{err}");
+        }
+        // Escaped braces are not parameters.
+        let escaped = format!("{}/{}", template(MAX_ROUTE_PARAMS), "{{x}}".repeat(20));
+        assert!(add(&escaped).is_ok());
     }
 }
