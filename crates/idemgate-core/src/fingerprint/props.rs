@@ -28,8 +28,12 @@ fn part() -> impl Strategy<Value = Part> {
         })
 }
 
+/// A boundary of RFC 2046's alphabet. An all-dash boundary is left out: its delimiter
+/// (`---` for `-`) occurs again, overlapping, inside the close delimiter (`-----`), which the
+/// strict parse refuses (the body is then hashed as received; see
+/// `an_all_dash_boundary_is_hashed_raw`).
 fn boundary() -> impl Strategy<Value = String> {
-    "[a-zA-Z0-9'()+_,./:=?-]{1,70}"
+    "[a-zA-Z0-9'()+_,./:=?-]{1,70}".prop_filter("not only dashes", |b| b.bytes().any(|c| c != b'-'))
 }
 
 fn body(parts: &[Part], boundary: &str) -> Vec<u8> {
@@ -107,4 +111,21 @@ proptest! {
     fn the_parser_never_panics(body in proptest::collection::vec(any::<u8>(), 0..256), b in boundary()) {
         let _ = canonical_form_data(&body, b.as_bytes());
     }
+}
+
+#[test]
+fn an_all_dash_boundary_is_hashed_raw() {
+    let part = Part {
+        name: "_".into(),
+        filename: None,
+        content_type: None,
+        content: Vec::new(),
+    };
+    for b in ["-", "--", "----"] {
+        assert_eq!(
+            canonical_form_data(&body(&[part.clone()], b), b.as_bytes()),
+            None
+        );
+    }
+    assert!(canonical_form_data(&body(&[part], "-a"), b"-a").is_some());
 }
