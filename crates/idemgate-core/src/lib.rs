@@ -15,6 +15,8 @@
 //! - [`engine`]: the decision function.
 //! - [`store`]: the [`IdempotencyStore`] trait (atomic primitives, no policy);
 //!   [`memory`]: [`MemoryStore`].
+//! - [`admin`]: the operator operations ([`admin::AdminStore`]: list a key's records,
+//!   delete one exact record, count what a store holds).
 //! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
 //!   outcome until it lands), with a deadline on every store call.
 //!
@@ -30,6 +32,7 @@
 //!           complete with the valid fence still lands) or, per route, takeover → fence+1
 //! ```
 
+pub mod admin;
 pub mod canonical;
 pub mod engine;
 pub mod fingerprint;

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+mod admin;
+
 use crate::integrity::RawRecord;
 use crate::record::{
     IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse, UnixMillis,

@@ -21,10 +21,12 @@ use crate::key::IdempotencyKey;
 use crate::record::{IdempotencyRecord, Lease, LeaseToken, ScopedKey, StoredResponse, UnixMillis};
 use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest};
 
+mod admin;
 mod cases;
 mod damage;
 mod expiry;
 
+pub use admin::*;
 pub use cases::*;
 pub use damage::*;
 pub use expiry::*;
@@ -231,6 +233,50 @@ macro_rules! delegate_store {
             }
             fn backend(&self) -> &'static str {
                 self.$field.backend()
+            }
+        }
+    };
+}
+
+/// Expands to one `#[tokio::test]` per conformance case of the operator operations
+/// ([`crate::admin::AdminStore`]), for a store that implements both traits; the arguments
+/// are those of [`crate::store_conformance!`].
+#[macro_export]
+macro_rules! admin_conformance {
+    ($make:path, $damage:path) => {
+        $crate::admin_conformance!(
+            $make,
+            $damage,
+            $crate::testing::StoreCapabilities::default()
+        );
+    };
+    ($make:path, $damage:path, $caps:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn admin_lists_every_scope_of_a_key() {
+            if let Some(store) = $make().await {
+                $crate::testing::admin_lists_every_scope_of_a_key(store).await;
+            }
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn admin_delete_is_exact() {
+            if let Some(store) = $make().await {
+                $crate::testing::admin_delete_is_exact(store).await;
+            }
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn admin_corrupt_records_are_listed_and_deleted() {
+            if let Some(store) = $make().await {
+                for damage in $crate::testing::ADMIN_DAMAGES {
+                    let key = $crate::testing::completed_record(&store).await;
+                    $damage(&store, &key, damage).await;
+                    $crate::testing::assert_corrupt_listed_and_deleted(&store, &key, damage).await;
+                }
+            }
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn admin_stats_count_by_state() {
+            if let Some(store) = $make().await {
+                $crate::testing::admin_stats_count_by_state(store, $caps).await;
             }
         }
     };

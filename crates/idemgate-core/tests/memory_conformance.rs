@@ -8,3 +8,4 @@ async fn make() -> Option<MemoryStore> {
 }
 
 idemgate_core::store_conformance!(make, damage_memory);
+idemgate_core::admin_conformance!(make, damage_memory);

@@ -29,6 +29,12 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Create or upgrade the store's schema (SQLite migrates on open too).
     Migrate(StoreArgs),
+    /// Show the records of one idempotency key (state, lease, fence, times, response).
+    Inspect(crate::admin::InspectArgs),
+    /// Remove the records of one key whatever their state (an operator override).
+    Release(crate::admin::ReleaseArgs),
+    /// Count the records a store holds, by state.
+    Stats(crate::admin::StatsArgs),
     /// Replay the incidents idemgate exists for, without and with the gateway.
     Demo,
     /// Run the example payments API alone (for trying the gateway by hand).

@@ -7,9 +7,10 @@
 //! - [`cli`]: the command line; [`config`]: the TOML file and its validation.
 //! - [`server`]: the listeners and the purge task; [`proxy`]: the upstream client;
 //!   [`linger`]: lingering close, so early answers reach clients still sending.
-//! - [`store`]: the backend chosen at run time.
+//! - [`store`]: the backend chosen at run time; [`admin`]: `inspect`, `release`, `stats`.
 //! - [`payments`] and [`demo`]: the example payments API and the incident replay.
 
+pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod demo;
@@ -86,6 +87,9 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             println!("store schema is up to date");
             Ok(())
         }
+        Command::Inspect(args) => admin::inspect(args).await,
+        Command::Release(args) => admin::release(args).await,
+        Command::Stats(args) => admin::stats(args).await,
         Command::Demo => demo::run().await,
         Command::DemoApi { listen } => {
             let listener = tokio::net::TcpListener::bind(listen).await?;

@@ -52,6 +52,8 @@
 //!   take-over compare-and-set.
 //! - `sql.rs`: the SQL of every statement, built once per table name.
 //! - `migrate.rs` and `migrations/*.sql`: the embedded migrations ([`PostgresStore::migrate`]).
+//! - `admin.rs`: [`idemgate_core::admin::AdminStore`] (list a key's rows, delete one
+//!   exact row, count rows by state) for `idemgate inspect`, `release` and `stats`.
 //! - `row.rs`: rows to [`idemgate_core::RawRecord`], validated by the core.
 //!   [`PostgresStoreError`] (`error.rs`): errors and their classification into
 //!   [`idemgate_core::StoreError`].
@@ -83,6 +85,7 @@
 //! every state for the purge. See `migrations/*.sql`: every migration keeps the table
 //! usable by the build before it, so replicas can be upgraded one at a time.
 
+mod admin;
 mod error;
 mod insert;
 mod migrate;

@@ -15,10 +15,10 @@ pub(crate) const DEFAULT_TABLE: &str = "idempotency_records";
 pub(crate) const MAX_IDENTIFIER_BYTES: usize = 39;
 
 /// The database clock, truncated to milliseconds.
-const NOW: &str = "date_trunc('milliseconds', statement_timestamp())";
+pub(crate) const NOW: &str = "date_trunc('milliseconds', statement_timestamp())";
 
 /// `expr` (a `timestamptz`) as ms since the epoch (`bigint`); NULL stays NULL.
-fn ms(expr: &str) -> String {
+pub(crate) fn ms(expr: &str) -> String {
     format!("(extract(epoch from {expr}) * 1000)::bigint")
 }
 
@@ -85,7 +85,7 @@ impl Table {
 
 /// The columns every read returns, in [`crate::row`]'s order: the record's columns (times
 /// in ms) and the database clock. Preceded by `inserted` (a boolean) in every statement.
-fn record_columns() -> String {
+pub(crate) fn record_columns() -> String {
     format!(
         "request_hash, fingerprint_version, state, fence, lease_token, {} AS lease_end_ms, \
          {} AS created_ms, {} AS completed_ms, {} AS expires_ms, status, response_headers, \

@@ -56,3 +56,4 @@ async fn damage(store: &TestStore, key: &ScopedKey, damage: Damage) {
 }
 
 idemgate_core::store_conformance!(make, damage);
+idemgate_core::admin_conformance!(make, damage);

@@ -50,6 +50,9 @@
 //!   and the store primitives; [`RedisOptions`] and store URLs (`options.rs`).
 //! - `scripts/*.lua` (`scripts.rs`): one Lua script per primitive, each prefixed with
 //!   `scripts/common.lua`, run with `EVALSHA` (loaded again on `NOSCRIPT`).
+//! - `admin.rs`: [`idemgate_core::admin::AdminStore`] for `idemgate inspect`, `release` and
+//!   `stats` (`SCAN` of the key prefix on the server or on every cluster primary, and
+//!   `scripts/admin_delete.lua`, the exact delete).
 //! - `key.rs`: record keys. `record.rs`: record hashes to records.
 //! - [`RedisStore::check_server`] and [`ServerWarning`] (`check.rs`): the start-up check.
 //! - [`RedisStoreError`] (`error.rs`): errors and their classification into
@@ -114,6 +117,7 @@
 //! the usual trade-off. [`RedisStore::check_server`] reports the risky settings. For money,
 //! prefer the PostgreSQL store. See the crate's `README.md` for the operations guide.
 
+mod admin;
 mod check;
 mod conn;
 mod error;

@@ -44,7 +44,8 @@ impl Fields {
         self.0.is_empty()
     }
 
-    fn get(&self, name: &str) -> Option<&[u8]> {
+    /// The value of field `name`, if present.
+    pub(crate) fn get(&self, name: &str) -> Option<&[u8]> {
         self.0
             .iter()
             .find(|(f, _)| f == name.as_bytes())

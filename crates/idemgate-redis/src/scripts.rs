@@ -28,6 +28,7 @@ pub(crate) struct Scripts {
     pub(crate) fail: Script,
     pub(crate) release: Script,
     pub(crate) get: Script,
+    pub(crate) admin_delete: Script,
 }
 
 /// The scripts, built on first use.
@@ -39,4 +40,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     fail: script!("fail"),
     release: script!("release"),
     get: script!("get"),
+    admin_delete: script!("admin_delete"),
 });

@@ -28,6 +28,13 @@ idemgate_core::store_conformance!(
         native_expiry: true
     }
 );
+idemgate_core::admin_conformance!(
+    make,
+    common::damage,
+    idemgate_core::testing::StoreCapabilities {
+        native_expiry: true
+    }
+);
 
 const LONG: Duration = Duration::from_secs(60);
 const DAY: Duration = Duration::from_secs(86_400);

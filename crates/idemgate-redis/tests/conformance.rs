@@ -20,3 +20,11 @@ idemgate_core::store_conformance!(
         native_expiry: true
     }
 );
+
+idemgate_core::admin_conformance!(
+    make,
+    common::damage,
+    idemgate_core::testing::StoreCapabilities {
+        native_expiry: true
+    }
+);

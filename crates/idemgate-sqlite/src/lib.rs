@@ -42,6 +42,8 @@
 //! - [`SqliteStore`] and [`SqliteStats`]: the store, its metrics snapshot.
 //! - [`SqliteOptions`], [`Synchronous`], [`SqliteLocation`]: settings and `sqlite://` URLs.
 //! - [`SqliteStoreError`]: errors, converted into [`idemgate_core::StoreError`].
+//! - [`idemgate_core::admin::AdminStore`] (`admin`): listing a key's rows, deleting one
+//!   exact row, counting rows by state, for `idemgate inspect`, `release` and `stats`.
 //! - Inside: `worker` (the store thread and its group commit), `ops` (the write SQL),
 //!   `readers` and `row` (the read path and row decoding), `schema` (migrations),
 //!   `checkpoint` (the WAL checkpointer), `file` (are the database, `-wal` and `-shm` files
@@ -63,6 +65,7 @@
 //! process; [`Synchronous::Full`] also through a power loss or OS crash, at the cost of an
 //! `fsync` per transaction.
 
+mod admin;
 mod checkpoint;
 mod error;
 mod file;

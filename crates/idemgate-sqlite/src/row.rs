@@ -8,6 +8,11 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::error::{invalid, Result};
 
+/// The columns [`decode`] reads, in its order.
+pub(crate) const RECORD_COLUMNS: &str = "fingerprint, fingerprint_version, state, fence,
+    lease_token, lease_expires_at, status, response_headers, response_body, replayable,
+    response_checksum, created_at, completed_at, expires_at";
+
 /// The live row for a key: ?1 to ?3 the key, ?4 now. An expired row counts as absent, even
 /// a damaged one; a row whose `expires_at` is not a number is read (and fails validation).
 const SELECT_LIVE: &str = "SELECT fingerprint, fingerprint_version, state, fence, lease_token,
@@ -37,7 +42,7 @@ pub(crate) fn read_live(
 
 /// Fills a [`RawRecord`] from a [`SELECT_LIVE`] row: a NULL column, or one that does not
 /// hold its type, is `None`, and the validation judges it.
-fn decode(row: &Row<'_>, key: &ScopedKey) -> rusqlite::Result<RawRecord> {
+pub(crate) fn decode(row: &Row<'_>, key: &ScopedKey) -> rusqlite::Result<RawRecord> {
     Ok(RawRecord {
         key: key.clone(),
         fingerprint_digest: blob(row, 0)?.map(<[u8]>::to_vec),

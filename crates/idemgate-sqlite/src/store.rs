@@ -73,7 +73,7 @@ pub struct SqliteStore {
 
 /// Whether an operation may be refused when the queue is full.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Admission {
+pub(crate) enum Admission {
     /// New work: refused at once ([`SqliteStoreError::QueueFull`]).
     Refuse,
     /// Outcomes of work already done, and the rest: waits for room.
@@ -217,7 +217,12 @@ impl SqliteStore {
     }
 
     /// Queues `op` for the store thread and waits for its answer.
-    async fn write<T, F>(&self, admit: Admission, access: Access, op: F) -> Result<T, StoreError>
+    pub(crate) async fn write<T, F>(
+        &self,
+        admit: Admission,
+        access: Access,
+        op: F,
+    ) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
@@ -241,7 +246,7 @@ impl SqliteStore {
     }
 
     /// Runs the read-only `op` on the read path (a file), or on the store thread (memory).
-    async fn read<T, F>(&self, op: F) -> Result<T, StoreError>
+    pub(crate) async fn read<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: Fn(&Connection) -> Result<T> + Send + 'static,

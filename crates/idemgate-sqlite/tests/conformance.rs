@@ -21,6 +21,7 @@ mod in_memory {
     }
 
     idemgate_core::store_conformance!(make, damage_in_memory);
+    idemgate_core::admin_conformance!(make, damage_in_memory);
 }
 
 mod one_command_per_transaction {
@@ -32,3 +33,5 @@ mod one_command_per_transaction {
 
     idemgate_core::store_conformance!(make, damage);
 }
+
+idemgate_core::admin_conformance!(make, damage);

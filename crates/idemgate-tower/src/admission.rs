@@ -55,15 +55,23 @@ pub(crate) fn principal_of(
 
 /// SHA-256 of every non-empty `Authorization` value, as `auth:<hex>`.
 fn authorization_hash(headers: &HeaderMap) -> Option<String> {
-    let mut values = headers
-        .get_all(AUTHORIZATION)
-        .iter()
-        .filter(|v| !v.as_bytes().trim_ascii().is_empty())
+    authorization_principal(headers.get_all(AUTHORIZATION).iter().map(|v| v.as_bytes()))
+}
+
+/// The principal the default source ([`PrincipalSource::AuthorizationHash`]) gives a
+/// request whose `Authorization` lines are `values`, as received: `auth:` and 32 hex
+/// digits, the first 16 bytes of SHA-256 over each non-blank value followed by `\n`.
+/// `None` when every value is blank (the request names no caller). Operators use it to
+/// find a caller's records from the header (`idemgate inspect --authorization`).
+pub fn authorization_principal<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Option<String> {
+    let mut values = values
+        .into_iter()
+        .filter(|v| !v.trim_ascii().is_empty())
         .peekable();
     values.peek()?;
     let mut h = Sha256::new();
     for v in values {
-        h.update(v.as_bytes());
+        h.update(v);
         h.update(b"\n");
     }
     Some(format!("auth:{}", hex::encode(&h.finalize()[..16])))

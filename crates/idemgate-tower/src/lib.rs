@@ -19,6 +19,7 @@ pub mod rejection;
 mod service;
 mod template;
 
+pub use admission::authorization_principal;
 pub use jwt::{JwtVerifier, TokenError};
 pub use layer::IdempotencyLayer;
 pub use lease::{LeaseHandle, NotSent};

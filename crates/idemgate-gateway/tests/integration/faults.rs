@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::support::*;
 
-mod harness;
+pub(crate) mod harness;
 use harness::{Backend, Damage, Store};
 
 /// The store is cut 300 ms into a 1.5 s upstream call and comes back 2.5 s later: the

@@ -2,6 +2,7 @@
 //! server that counts executions, and the real `idemgate` binary where a process must die.
 //! One test binary, one module per topic.
 
+mod admin;
 mod cli;
 mod concurrency;
 mod contract;

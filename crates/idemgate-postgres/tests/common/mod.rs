@@ -112,6 +112,7 @@ fn drop_sql(name: &str) -> String {
 }
 
 idemgate_core::delegate_store!(TestStore, store);
+idemgate_core::delegate_admin!(TestStore, store);
 
 /// Drops the store's table and its migrations table (for stores not made by
 /// [`fresh_store`]).

@@ -120,6 +120,7 @@ fn delete_cluster(nodes: &[String], keys: &BTreeSet<String>) -> redis::RedisResu
 }
 
 idemgate_core::delegate_store!(TestStore, store, on_insert = track);
+idemgate_core::delegate_admin!(TestStore, store);
 
 /// A plain connection to one server or a cluster, for looking behind the store's back.
 #[derive(Clone)]

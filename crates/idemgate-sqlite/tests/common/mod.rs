@@ -53,6 +53,7 @@ impl Deref for TempStore {
 }
 
 idemgate_core::delegate_store!(TempStore, store);
+idemgate_core::delegate_admin!(TempStore, store);
 
 /// Inserts `k` (fingerprint 1, 60 s lease, 24 h TTL) and returns the lease.
 pub(crate) async fn insert(s: &impl IdempotencyStore, k: &ScopedKey) -> Lease {

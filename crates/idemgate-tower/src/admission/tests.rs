@@ -119,3 +119,16 @@ fn a_jwt_principal_needs_one_valid_bearer_token() {
         Err(invalid(TokenError::Malformed))
     );
 }
+
+#[test]
+fn the_operator_computes_the_gateway_principal_from_the_header() {
+    let src = PrincipalSource::AuthorizationHash;
+    let a = principal_of(&headers(&[("authorization", "Bearer alice")]), &src).unwrap();
+    let by_value = crate::authorization_principal([b"Bearer alice".as_slice()]);
+    assert_eq!(a, by_value);
+    assert_ne!(
+        by_value,
+        crate::authorization_principal([b"Bearer bob".as_slice()])
+    );
+    assert_eq!(crate::authorization_principal([b"  ".as_slice()]), None);
+}

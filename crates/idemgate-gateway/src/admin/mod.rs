@@ -1,0 +1,223 @@
+//! `idemgate inspect`, `idemgate release` and `idemgate stats`: an operator's view of the
+//! records of one idempotency key, the override that removes them, and what a store holds.
+//! The store is chosen as for `idemgate purge` (`--store URL` or `--config FILE`); the work
+//! is the store's [`AdminStore`] operations.
+//!
+//! `release` deletes exactly the records it showed (each compared on its state, fence,
+//! lease and times in the store, atomically), so a holder that renewed, completed or took
+//! over a record meanwhile keeps it, and the command says so.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use idemgate_core::admin::{AdminStore, KeyFilter, Listing};
+use idemgate_core::{IdempotencyKey, IdempotencyStore, RecordState};
+
+use crate::cli::StoreArgs;
+use crate::store::{AnyStore, StoreUrl};
+
+mod any;
+mod output;
+
+pub use output::{print_records, print_stats, RecordView, StatsView};
+
+/// Which records: one idempotency key, optionally narrowed to a route and a caller.
+#[derive(Debug, Args)]
+pub struct Selector {
+    /// Which store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The client's `Idempotency-Key` value (as sent, without quotes).
+    #[arg(long)]
+    pub key: String,
+    /// The route template the record belongs to, e.g. "POST /payments".
+    #[arg(long)]
+    pub route: Option<String>,
+    /// The principal the record belongs to, as stored (e.g. `auth:0123...`, `hdr:alice`).
+    #[arg(long, conflicts_with = "authorization")]
+    pub principal: Option<String>,
+    /// The caller's `Authorization` header value: the principal is computed from it as the
+    /// gateway's default principal source does (`auth:` + its SHA-256).
+    #[arg(long)]
+    pub authorization: Option<String>,
+    /// Print JSON instead of a table (fields: README, "Operations").
+    #[arg(long)]
+    pub json: bool,
+    /// Include the stored response bodies (UTF-8, invalid bytes replaced).
+    #[arg(long)]
+    pub show_body: bool,
+}
+
+/// Flags of `inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Which records.
+    #[command(flatten)]
+    pub select: Selector,
+}
+
+/// Flags of `release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Which records.
+    #[command(flatten)]
+    pub select: Selector,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Also release completed records (their retries would run the operation again).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Flags of `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Which store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Selector {
+    /// The filter the flags describe.
+    ///
+    /// # Errors
+    /// When `--key` is not a valid `Idempotency-Key`, or `--authorization` is blank.
+    pub fn filter(&self) -> anyhow::Result<KeyFilter> {
+        let key = IdempotencyKey::new(&self.key).map_err(|e| anyhow::anyhow!("--key: {e}"))?;
+        let principal = match &self.authorization {
+            Some(value) => Some(
+                idemgate_tower::authorization_principal([value.as_bytes()])
+                    .context("--authorization: the value is blank")?,
+            ),
+            None => self.principal.clone(),
+        };
+        Ok(KeyFilter {
+            key,
+            route: self.route.clone(),
+            principal,
+        })
+    }
+}
+
+/// Opens the store the flags name, for operator work: no migration, no new SQLite file,
+/// and never `memory://`.
+async fn open(args: &StoreArgs) -> anyhow::Result<AnyStore> {
+    let (url, mut opts) = args.resolve()?;
+    if url == StoreUrl::Memory {
+        bail!("store: {}", any::MEMORY);
+    }
+    opts.migrate = false;
+    opts.create = false;
+    AnyStore::open(&url, &opts).await
+}
+
+async fn find(select: &Selector) -> anyhow::Result<(AnyStore, Listing)> {
+    let filter = select.filter()?;
+    let store = open(&select.store).await?;
+    let listing = store
+        .list_key(&filter)
+        .await
+        .context("cannot list the key")?;
+    Ok((store, listing))
+}
+
+/// `idemgate inspect`: prints the matching records.
+///
+/// # Errors
+/// Bad flags, or a store that cannot be opened or read.
+pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    let (_store, listing) = find(&args.select).await?;
+    let views = RecordView::all(&listing, args.select.show_body);
+    let mut out = std::io::stdout().lock();
+    output::print_records(&mut out, &views, listing.now, args.select.json)?;
+    if views.is_empty() && !args.select.json {
+        writeln!(out, "no record matches")?;
+    }
+    Ok(())
+}
+
+/// `idemgate release`: shows the matching records, asks, and deletes exactly those.
+///
+/// # Errors
+/// No record matches; a completed record without `--force`; no confirmation; a record that
+/// changed since it was shown (the others are released); a store error.
+pub async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
+    let select = &args.select;
+    let (store, listing) = find(select).await?;
+    let mut views = RecordView::all(&listing, select.show_body);
+    let mut out = std::io::stdout().lock();
+    if views.is_empty() {
+        bail!("no record matches; nothing to release");
+    }
+    if !select.json {
+        output::print_records(&mut out, &views, listing.now, false)?;
+    }
+    let completed = listing
+        .records
+        .iter()
+        .filter(|r| r.state.as_deref() == Some(RecordState::Completed.as_str()))
+        .count();
+    if completed > 0 && !args.force {
+        bail!(
+            "{completed} of these records is completed: retries get its stored response. \
+             Releasing it lets the next retry run the operation again; pass --force to do so. \
+             Nothing was released"
+        );
+    }
+    if !args.yes {
+        confirm(views.len())?;
+    }
+    let mut changed = 0;
+    for (raw, view) in listing.records.iter().zip(&mut views) {
+        let deleted = store
+            .delete_exact(raw)
+            .await
+            .context("cannot release the record")?;
+        view.outcome = Some(if deleted { "released" } else { "changed" });
+        changed += usize::from(!deleted);
+        if !select.json {
+            writeln!(out, "{}", view.outcome_line())?;
+        }
+    }
+    if select.json {
+        output::print_records(&mut out, &views, listing.now, true)?;
+    }
+    if changed > 0 {
+        bail!("{changed} record(s) changed since they were shown and were kept; run inspect again");
+    }
+    Ok(())
+}
+
+/// Asks on the terminal; refuses without one.
+fn confirm(n: usize) -> anyhow::Result<()> {
+    if !std::io::stdin().is_terminal() {
+        bail!("refusing to release without confirmation: stdin is not a terminal (pass --yes)");
+    }
+    eprint!("Release {n} record(s)? Retries will then run the operation. Type yes: ");
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if line.trim() != "yes" {
+        bail!("not confirmed; nothing was released");
+    }
+    Ok(())
+}
+
+/// `idemgate stats`: counts by state, bytes, oldest and expired records.
+///
+/// # Errors
+/// A store that cannot be opened or read.
+pub async fn stats(args: StatsArgs) -> anyhow::Result<()> {
+    let store = open(&args.store).await?;
+    let stats = store
+        .admin_stats()
+        .await
+        .context("cannot count the records")?;
+    let view = StatsView::new(&stats, store.backend());
+    output::print_stats(&mut std::io::stdout().lock(), &view, args.json)
+}

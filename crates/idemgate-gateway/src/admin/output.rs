@@ -1,0 +1,309 @@
+//! What `inspect`, `release` and `stats` print: a table, or JSON with stable field names
+//! (README, "Operations"). Times are ms since the epoch in JSON, RFC 3339 in tables.
+
+use std::io::Write;
+use std::time::{Duration, UNIX_EPOCH};
+
+use idemgate_core::admin::{AdminStats, Listing};
+use idemgate_core::{RawRecord, RecordState, UnixMillis};
+use serde::Serialize;
+
+/// One record as shown. `None` fields were missing or unreadable in the store.
+#[derive(Debug, Serialize)]
+pub struct RecordView {
+    /// Route template.
+    pub route: String,
+    /// Principal.
+    pub principal: String,
+    /// Idempotency key.
+    pub key: String,
+    /// `in_progress`, `completed`, `failed`, or what a corrupt record holds.
+    pub state: Option<String>,
+    /// What it means for the next retry (`in_flight`, `stuck`, `completed`, `failed`,
+    /// `expired`, `corrupt`).
+    pub condition: &'static str,
+    /// Why the record fails validation (it is then never replayed); `None` when valid.
+    pub problem: Option<String>,
+    /// Fingerprint algorithm version.
+    pub fingerprint_version: Option<i64>,
+    /// Fence.
+    pub fence: Option<i64>,
+    /// The lease token's first 8 hex digits (`in_progress` only).
+    pub lease_token: Option<String>,
+    /// Lease expiry, ms since the epoch.
+    pub lease_expires_at: Option<UnixMillis>,
+    /// Creation, ms since the epoch.
+    pub created_at: Option<UnixMillis>,
+    /// Outcome time, ms since the epoch.
+    pub completed_at: Option<UnixMillis>,
+    /// TTL end, ms since the epoch.
+    pub expires_at: Option<UnixMillis>,
+    /// Stored HTTP status.
+    pub status: Option<i64>,
+    /// Whether the response body was kept.
+    pub replayable: Option<bool>,
+    /// Stored body size in bytes.
+    pub body_bytes: Option<usize>,
+    /// The stored body (only with `--show-body`; invalid UTF-8 replaced).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// `release` only: `released`, or `changed` (kept: it changed since it was shown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<&'static str>,
+}
+
+fn condition(raw: &RawRecord, valid: bool, now: UnixMillis) -> &'static str {
+    if raw.expires_at.is_some_and(|e| e <= now) {
+        return "expired";
+    }
+    if !valid {
+        return "corrupt";
+    }
+    match raw.state.as_deref().and_then(RecordState::parse) {
+        Some(RecordState::InProgress) if raw.lease_expires_at.is_some_and(|l| l > now) => {
+            "in_flight"
+        }
+        Some(RecordState::InProgress) => "stuck",
+        Some(RecordState::Completed) => "completed",
+        Some(RecordState::Failed) => "failed",
+        None => "corrupt",
+    }
+}
+
+impl RecordView {
+    /// The view of `raw` at the store clock `now`.
+    pub fn new(raw: &RawRecord, now: UnixMillis, show_body: bool) -> Self {
+        let problem = raw.clone().validate().err().map(|e| match e {
+            idemgate_core::StoreError::Corrupt { detail } => detail,
+            other => other.to_string(),
+        });
+        let in_progress = raw.state.as_deref() == Some("in_progress");
+        Self {
+            route: raw.key.route.clone(),
+            principal: raw.key.principal.clone(),
+            key: raw.key.key.as_str().to_owned(),
+            state: raw.state.clone(),
+            condition: condition(raw, problem.is_none(), now),
+            problem,
+            fingerprint_version: raw.fingerprint_version,
+            fence: raw.fence,
+            lease_token: raw
+                .lease_token
+                .filter(|_| in_progress)
+                .map(|t| format!("{:016x}", t as u64)[..8].to_owned()),
+            lease_expires_at: raw.lease_expires_at.filter(|_| in_progress),
+            created_at: raw.created_at,
+            completed_at: raw.completed_at,
+            expires_at: raw.expires_at,
+            status: raw.status,
+            replayable: raw.replayable,
+            body_bytes: raw.body.as_ref().map(|b| b.len()),
+            body: raw
+                .body
+                .as_ref()
+                .filter(|_| show_body)
+                .map(|b| String::from_utf8_lossy(b).into_owned()),
+            outcome: None,
+        }
+    }
+
+    /// Every record of `listing`.
+    pub fn all(listing: &Listing, show_body: bool) -> Vec<Self> {
+        let views = listing.records.iter();
+        views
+            .map(|r| Self::new(r, listing.now, show_body))
+            .collect()
+    }
+
+    /// `released: ...` or `kept (changed since shown): ...`, for `release`.
+    pub fn outcome_line(&self) -> String {
+        let what = match self.outcome {
+            Some("released") => "released",
+            _ => "kept, it changed since it was shown:",
+        };
+        format!("{what} {} {} {}", self.route, self.principal, self.key)
+    }
+}
+
+/// RFC 3339 (seconds) of a time in ms since the epoch; `-` when unknown.
+fn time(ms: Option<UnixMillis>) -> String {
+    match ms.and_then(|ms| u64::try_from(ms).ok()) {
+        Some(ms) => {
+            humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+        }
+        None => "-".into(),
+    }
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+const HEADER: [&str; 11] = [
+    "ROUTE",
+    "PRINCIPAL",
+    "STATE",
+    "CONDITION",
+    "FP",
+    "FENCE",
+    "LEASE",
+    "CREATED",
+    "EXPIRES",
+    "STATUS",
+    "BODY",
+];
+
+fn row(v: &RecordView) -> [String; 11] {
+    let lease = match (&v.lease_token, v.lease_expires_at) {
+        (Some(t), l) => format!("{t}.. until {}", time(l)),
+        (None, _) => "-".into(),
+    };
+    [
+        v.route.clone(),
+        v.principal.clone(),
+        opt(v.state.as_deref()),
+        v.condition.to_owned(),
+        opt(v.fingerprint_version),
+        opt(v.fence),
+        lease,
+        time(v.created_at),
+        time(v.expires_at),
+        opt(v.status),
+        v.body_bytes.map_or("-".into(), |n| format!("{n} B")),
+    ]
+}
+
+/// Prints `views` as JSON (`{"now": ms, "records": [...]}`) or as a table, with each
+/// record's problem and body (if shown) below it.
+///
+/// # Errors
+/// When writing fails.
+pub fn print_records(
+    out: &mut impl Write,
+    views: &[RecordView],
+    now: UnixMillis,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        #[derive(Serialize)]
+        struct Doc<'a> {
+            now: UnixMillis,
+            records: &'a [RecordView],
+        }
+        let doc = Doc {
+            now,
+            records: views,
+        };
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(());
+    }
+    let rows: Vec<[String; 11]> = views.iter().map(row).collect();
+    let mut widths = HEADER.map(str::len);
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        padded.join("  ").trim_end().to_owned()
+    };
+    writeln!(out, "{}", line(HEADER.to_vec()))?;
+    for (r, v) in rows.iter().zip(views) {
+        writeln!(out, "{}", line(r.iter().map(String::as_str).collect()))?;
+        if let Some(p) = &v.problem {
+            writeln!(out, "  corrupt: {p}")?;
+        }
+        if let Some(b) = &v.body {
+            writeln!(out, "  body: {b}")?;
+        }
+    }
+    Ok(())
+}
+
+/// `idemgate stats`, as printed.
+#[derive(Debug, Serialize)]
+pub struct StatsView {
+    /// `sqlite`, `postgres` or `redis`.
+    pub backend: &'static str,
+    /// The store clock, ms since the epoch.
+    pub now: UnixMillis,
+    /// Records held, expired ones included.
+    pub records: u64,
+    /// Counts by state: `in_progress`, `completed`, `failed`, `unknown` (corrupt).
+    pub by_state: StateCounts,
+    /// Live `in_progress` records whose lease lapsed (their holder died).
+    pub stuck_in_progress: u64,
+    /// Stored response bodies, in bytes.
+    pub body_bytes: u64,
+    /// `created_at` of the oldest record, ms since the epoch.
+    pub oldest_created_at: Option<UnixMillis>,
+    /// Expired records not yet purged (`idemgate purge` removes them).
+    pub expired: u64,
+}
+
+/// Records per state.
+#[derive(Debug, Serialize)]
+pub struct StateCounts {
+    /// `in_progress`.
+    pub in_progress: u64,
+    /// `completed`.
+    pub completed: u64,
+    /// `failed`.
+    pub failed: u64,
+    /// A missing or unknown state (corrupt records).
+    pub unknown: u64,
+}
+
+impl StatsView {
+    /// The view of `s` for `backend`.
+    pub fn new(s: &AdminStats, backend: &'static str) -> Self {
+        Self {
+            backend,
+            now: s.now,
+            records: s.records,
+            by_state: StateCounts {
+                in_progress: s.in_progress,
+                completed: s.completed,
+                failed: s.failed,
+                unknown: s.unknown_state,
+            },
+            stuck_in_progress: s.stuck_in_progress,
+            body_bytes: s.body_bytes,
+            oldest_created_at: s.oldest_created_at,
+            expired: s.expired,
+        }
+    }
+}
+
+/// Prints `view` as JSON or as `name  value` lines.
+///
+/// # Errors
+/// When writing fails.
+pub fn print_stats(out: &mut impl Write, view: &StatsView, json: bool) -> anyhow::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(view)?)?;
+        return Ok(());
+    }
+    let s = &view.by_state;
+    let lines = [
+        ("backend", view.backend.to_owned()),
+        ("records", view.records.to_string()),
+        ("in_progress", s.in_progress.to_string()),
+        ("  stuck (lease lapsed)", view.stuck_in_progress.to_string()),
+        ("completed", s.completed.to_string()),
+        ("failed", s.failed.to_string()),
+        ("unknown state", s.unknown.to_string()),
+        ("body bytes", view.body_bytes.to_string()),
+        ("oldest record", time(view.oldest_created_at)),
+        ("expired, not purged", view.expired.to_string()),
+    ];
+    for (name, value) in lines {
+        writeln!(out, "{name:<24}{value}")?;
+    }
+    Ok(())
+}
