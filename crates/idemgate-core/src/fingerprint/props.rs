@@ -123,7 +123,7 @@ fn an_all_dash_boundary_is_hashed_raw() {
     };
     for b in ["-", "--", "----"] {
         assert_eq!(
-            canonical_form_data(&body(&[part.clone()], b), b.as_bytes()),
+            canonical_form_data(&body(std::slice::from_ref(&part), b), b.as_bytes()),
             None
         );
     }
