@@ -71,6 +71,7 @@ use sha2::{Digest, Sha256};
 
 mod media;
 mod multipart;
+mod pairs;
 mod v1;
 mod v2;
 
@@ -197,13 +198,14 @@ fn field(h: &mut Sha256, bytes: &[u8]) {
     h.update(bytes);
 }
 
-/// Method, route, path, sorted query and configured headers: the same in every version.
-fn request_line(h: &mut Sha256, input: &FingerprintInput<'_>) {
+/// Method, route, path, query (in the canonical form of `pairs`, which depends on the
+/// version) and configured headers.
+fn request_line(h: &mut Sha256, input: &FingerprintInput<'_>, pairs: fn(&[u8]) -> Vec<u8>) {
     field(h, input.method.as_bytes());
     field(h, input.route.as_bytes());
     field(h, input.path.as_bytes());
     match input.query {
-        Some(q) => field(h, &sorted_pairs(q.as_bytes())),
+        Some(q) => field(h, &pairs(q.as_bytes())),
         None => field(h, b"\0no-query"),
     }
     let mut headers: Vec<_> = input.headers.to_vec();

@@ -116,6 +116,12 @@ fn parameter(s: &[u8]) -> Option<(String, Vec<u8>, &[u8])> {
     if !is_token(name) {
         return None;
     }
+    // RFC 2231 / RFC 8187 extended and continued parameters (`boundary*`, `name*0`) are read
+    // in place of, or joined with, the plain ones by some parsers and not by others (RFC 7578
+    // §4.2 forbids them in form data): refused, so the value is hashed as received.
+    if name.contains(&b'*') {
+        return None;
+    }
     let name = String::from_utf8(name.to_ascii_lowercase()).ok()?;
     let s = &s[eq + 1..];
     if let Some(q) = s.strip_prefix(b"\"") {
@@ -181,6 +187,17 @@ mod tests {
             assert_eq!(media_type(bad), None, "{}", String::from_utf8_lossy(bad));
         }
         assert_eq!(disposition(b"form-data; name=a; name=b"), None);
+        for extended in [
+            &b"multipart/form-data; boundary=XX; boundary*=utf-8''YY"[..],
+            b"multipart/form-data; boundary*0=XX; boundary*1=YY",
+        ] {
+            assert_eq!(media_type(extended), None);
+        }
+        assert_eq!(
+            disposition(b"form-data; name=\"amount\"; name*=utf-8''fee"),
+            None
+        );
+        assert_eq!(disposition(b"form-data; name=a; filename*=utf-8''b"), None);
         assert!(disposition(b"form-data; name=\"a b\"; filename=\"\xc3\xa9.txt\"").is_some());
     }
 }

@@ -16,7 +16,7 @@ use crate::canonical::canonical_json;
 pub(super) fn digest(input: &FingerprintInput<'_>, opts: &FingerprintOptions<'_>) -> [u8; 32] {
     let mut h = Sha256::new();
     field(&mut h, b"idemgate-fingerprint-v1");
-    request_line(&mut h, input);
+    request_line(&mut h, input, sorted_pairs);
     let decoded = decode_first_member(input, opts.max_decoded_bytes);
     let body = decoded.as_deref().unwrap_or(input.body);
     // An encoding left undecoded is part of what the upstream reads.

@@ -7,8 +7,9 @@ use sha2::{Digest, Sha256};
 
 use super::media::{self, Params};
 use super::multipart::canonical_form_data;
+use super::pairs::folded_sorted_pairs;
 use super::FingerprintOptions;
-use super::{field, request_line, sorted_pairs, FingerprintError, FingerprintInput};
+use super::{field, request_line, FingerprintError, FingerprintInput};
 use crate::canonical::canonical_json;
 
 /// The version 2 digest of `input`, or [`FingerprintError::DecodedTooLarge`].
@@ -18,7 +19,7 @@ pub(super) fn digest(
 ) -> Result<[u8; 32], FingerprintError> {
     let mut h = Sha256::new();
     field(&mut h, b"idemgate-fingerprint-v2");
-    request_line(&mut h, input);
+    request_line(&mut h, input, folded_sorted_pairs);
     let decoded = decode_all_members(input, opts.max_decoded_bytes)?;
     let body = decoded.as_deref().unwrap_or(input.body);
     // An encoding left undecoded is part of what the upstream reads.
@@ -94,7 +95,7 @@ fn body_form(
     }
     match essence {
         "application/x-www-form-urlencoded" if m.utf8_or_no_charset() => {
-            (all, Some((b'F', sorted_pairs(body))))
+            (all, Some((b'F', folded_sorted_pairs(body))))
         }
         "multipart/form-data" => match form_data(&m, body) {
             Some(canonical) => (tagged(&|n, _| n == "boundary"), Some((b'M', canonical))),

@@ -194,3 +194,70 @@ async fn inflation_bombs_get_413_and_other_callers_do_not_wait_for_them() {
     assert_eq!(up.count(), 5, "no bomb was forwarded");
     gw.stop().await;
 }
+
+/// Names a parser reads as one name (`amount`, `%61mount`) keep their order, in forms and in
+/// query strings; reordering distinct names still replays.
+#[tokio::test]
+async fn names_read_as_one_keep_their_order() {
+    let up = upstream().await;
+    let gw = memory_gateway(&up).await;
+    let ct = "application/x-www-form-urlencoded";
+    let form = |k: &str, body: &str| send(&gw.base, "alice", k, ct, None, body.into());
+    let k = key();
+    let first = form(&k, "amount=100&%61mount=999").send().await.unwrap();
+    assert_eq!(first.status(), 201);
+    let swapped = form(&k, "%61mount=999&amount=100").send().await.unwrap();
+    assert_problem(swapped, 422, "fingerprint-mismatch").await;
+    let k = key();
+    assert_eq!(
+        form(&k, "to=bob&amount=1").send().await.unwrap().status(),
+        201
+    );
+    let reordered = form(&k, "amount=1&to=bob").send().await.unwrap();
+    assert_eq!(reordered.headers()["idempotent-replayed"], "true");
+
+    let query = |k: &str, q: &str| {
+        client()
+            .post(format!("{}/payments?{q}", gw.base))
+            .header("authorization", "Bearer alice")
+            .header("idempotency-key", k)
+            .send()
+    };
+    let k = key();
+    assert_eq!(
+        query(&k, "amount=100&%61mount=999").await.unwrap().status(),
+        201
+    );
+    let swapped = query(&k, "%61mount=999&amount=100").await.unwrap();
+    assert_problem(swapped, 422, "fingerprint-mismatch").await;
+    assert_eq!(up.count(), 3, "each first request ran once");
+    gw.stop().await;
+}
+
+/// RFC 2231 parameters (`boundary*`, `name*`), which parsers read differently, make the body
+/// count as sent: another form hidden behind them is another request.
+#[tokio::test]
+async fn extended_parameters_make_a_form_count_as_sent() {
+    let up = upstream().await;
+    let gw = memory_gateway(&up).await;
+    let part = |b: &str, amount: &str| {
+        format!(
+            "--{b}\r\nContent-Disposition: form-data; name=\"amount\"\r\n\r\n{amount}\r\n--{b}--\r\n"
+        )
+    };
+    let k = key();
+    let one = [part("YY", "100"), part("XX", "x")].concat();
+    let ct = |b: &str| format!("multipart/form-data; boundary={b}; boundary*=utf-8''YY");
+    let first = send(&gw.base, "alice", &k, &ct("XX"), None, one.clone().into());
+    assert_eq!(first.send().await.unwrap().status(), 201);
+    let other = [part("YY", "999"), part("QQ", "x")].concat();
+    let second = send(&gw.base, "alice", &k, &ct("QQ"), None, other.into());
+    assert_problem(second.send().await.unwrap(), 422, "fingerprint-mismatch").await;
+    let retry = send(&gw.base, "alice", &k, &ct("XX"), None, one.into());
+    assert_eq!(
+        retry.send().await.unwrap().headers()["idempotent-replayed"],
+        "true"
+    );
+    assert_eq!(up.count(), 1);
+    gw.stop().await;
+}
