@@ -29,9 +29,9 @@ pub(crate) fn principal_of(
             let Some(value) = single(headers, name)? else {
                 return Ok(None);
             };
-            let Some(v) = value.to_str().ok().map(str::trim) else {
-                return Ok(None);
-            };
+            // Bytes outside visible ASCII: some layers decode them as Latin-1, others as
+            // UTF-8, and none of them is "no caller".
+            let v = value.to_str().map_err(|_| ambiguous(name))?.trim();
             if v.contains(',') {
                 return Err(ambiguous(name));
             }

@@ -4,9 +4,10 @@
 //! verifier is built; verifying a token reads no file. Each token is checked for its
 //! signature, `exp` (required), `nbf`, and, when configured, `iss` and `aud`, with a clock
 //! leeway. The principal is `jwt:<claim>:<hash>`, where `<hash>` is the first 16 bytes, in
-//! hex, of SHA-256 over the token's `iss` (empty if absent), a NUL byte, and the claim's
-//! value (an integer as its decimal digits): a refreshed token of the same subject keeps the
-//! same scope, and no subject identifier is stored in clear.
+//! hex, of SHA-256 over the token's `iss` (empty if absent; a non-string `iss` is refused)
+//! and the claim's value (an integer as its decimal digits), each prefixed by its length in
+//! bytes (8 bytes, big-endian): a refreshed token of the same subject keeps the same scope,
+//! and no subject identifier is stored in clear.
 //!
 //! # Examples
 //! ```
@@ -69,7 +70,7 @@ pub enum TokenError {
     #[error("the token has no `{0}` claim")]
     MissingClaim(String),
     /// A claim has the wrong type: the principal claim must be a non-empty string or an
-    /// integer; `exp`/`nbf` must be numbers.
+    /// integer, `iss` a string; `exp`/`nbf` must be numbers.
     #[error("the token's `{0}` claim has the wrong type")]
     BadClaim(String),
 }
@@ -271,11 +272,19 @@ impl JwtVerifier {
             Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
             Some(_) => return Err(TokenError::BadClaim(claim.into())),
         };
-        let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
+        // An `iss` that is not a string (RFC 7519 §4.1.1 makes it a StringOrURI) would
+        // hash as "no issuer" and share that scope.
+        let iss = match claims.get("iss") {
+            None => "",
+            Some(Value::String(s)) => s,
+            Some(_) => return Err(TokenError::BadClaim("iss".into())),
+        };
         let mut h = Sha256::new();
-        h.update(iss.as_bytes());
-        h.update([0]);
-        h.update(value.as_bytes());
+        // Length-prefixed, so no (issuer, value) pair hashes like another.
+        for part in [iss, value.as_str()] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
         Ok(format!("jwt:{claim}:{}", hex::encode(&h.finalize()[..16])))
     }
 

@@ -180,7 +180,7 @@ impl IdempotencyRejection {
             Self::MissingPrincipal => {
                 "Idempotency keys are scoped to the caller; send credentials.".into()
             }
-            Self::AmbiguousPrincipal { header } => format!("The `{header}` header names the caller, so it must appear once with one value; this request carries it more than once or as a comma-separated list. Nothing was run."),
+            Self::AmbiguousPrincipal { header } => format!("The `{header}` header names the caller, so it must appear once with one value in visible ASCII; this request carries it more than once, as a comma-separated list, or with other bytes (which parsers decode differently). Nothing was run."),
             Self::InvalidToken(e) => format!("{e}. Idempotency keys are scoped to the token's subject; send a valid token and retry with the same key."),
             Self::BodyTooLarge { limit } => format!("The request body exceeds {limit} bytes."),
             Self::BodyUnreadable => "The request body could not be read completely.".into(),

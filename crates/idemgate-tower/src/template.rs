@@ -34,6 +34,20 @@ pub(crate) fn check(path: &str) -> Result<(), String> {
         }
         check_segment(seg, i == last)?;
     }
+    // A request path never holds these (a query is not part of the path; spaces and angle
+    // brackets are percent-encoded), so a template with them matches nothing.
+    if let Some(c) = path.chars().find(|&c| {
+        c == '?' || c == '#' || c == '<' || c == '>' || c.is_whitespace() || c.is_control()
+    }) {
+        let hint = match c {
+            '?' | '#' => "; routes match the path only, without a query or fragment",
+            '<' | '>' => "; parameters are written `{id}`",
+            _ => "",
+        };
+        return Err(format!(
+            "{c:?} never appears in a request path, so this route would match nothing{hint}"
+        ));
+    }
     Ok(())
 }
 
@@ -172,6 +186,10 @@ mod tests {
             ("/a/{x}{y}", "more than one parameter"),
             ("/files/{*path}/meta", "the last one"),
             ("/files/x{*path}", "whole segment"),
+            ("/a?x=1", "without a query"),
+            ("/a b", "match nothing"),
+            ("/a/<id>", "`{id}`"),
+            ("/a\tb", "match nothing"),
         ] {
             let err = check(bad).expect_err(bad);
             assert!(err.contains(hint), "{bad}: {err}");

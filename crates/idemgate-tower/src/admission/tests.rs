@@ -71,6 +71,12 @@ fn a_principal_header_names_one_caller() {
             "{repeated:?}"
         );
     }
+    // Not "no caller" (which `allow_anonymous` would share): refused.
+    for bytes in [&b"jos\xc3\xa9"[..], b"zo\xeb"] {
+        let mut h = HeaderMap::new();
+        h.insert("x-user-id", HeaderValue::from_bytes(bytes).unwrap());
+        assert_eq!(principal_of(&h, &src), Err(ambiguous("x-user-id")));
+    }
 }
 
 #[test]

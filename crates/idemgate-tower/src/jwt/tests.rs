@@ -81,6 +81,25 @@ fn the_issuer_is_part_of_the_principal() {
         v.principal(&a, "sub").unwrap(),
         v.principal(&b, "sub").unwrap()
     );
+    // Length-prefixed: a NUL moved between issuer and subject is another principal.
+    let p = |iss: &str, sub: &str| {
+        let t = sign_hs(&json!({"sub": sub, "iss": iss, "exp": now() + 60}));
+        v.principal(&t, "sub").unwrap()
+    };
+    assert_ne!(p("x\0y", "z"), p("x", "y\0z"));
+    // The README's recipe for finding a caller's records.
+    assert_eq!(
+        p("https://auth.example.com", "user_123"),
+        "jwt:sub:f39865bdfc715038dd2c82b96894da8c"
+    );
+    // A non-string issuer would hash as "no issuer": refused.
+    for iss in [json!(["https://a.example"]), json!(7), json!({"a": 1})] {
+        let t = sign_hs(&json!({"sub": "1", "iss": iss, "exp": now() + 60}));
+        assert!(
+            matches!(v.principal(&t, "sub"), Err(TokenError::BadClaim(c)) if c == "iss"),
+            "{iss}"
+        );
+    }
 }
 
 #[test]
