@@ -15,6 +15,7 @@
 //! - [`engine`]: the decision function.
 //! - [`store`]: the [`IdempotencyStore`] trait (atomic primitives, no policy);
 //!   [`memory`]: [`MemoryStore`].
+//! - [`gauges`]: [`StoreGauges`], what a store holds, for metrics.
 //! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
 //!   outcome until it lands), with a deadline on every store call.
 //!
@@ -33,6 +34,7 @@
 pub mod canonical;
 pub mod engine;
 pub mod fingerprint;
+pub mod gauges;
 pub mod integrity;
 pub mod key;
 pub mod lifecycle;
@@ -45,6 +47,7 @@ pub mod testing;
 
 pub use engine::{decide, Decision, DecisionPolicy, LeaseExpiredPolicy};
 pub use fingerprint::Fingerprint;
+pub use gauges::{GaugedStore, StoreGauges};
 pub use integrity::{response_checksum, RawRecord};
 pub use key::{IdempotencyKey, KeyError};
 pub use lifecycle::{

@@ -84,6 +84,7 @@
 //! usable by the build before it, so replicas can be upgraded one at a time.
 
 mod error;
+mod gauges;
 mod insert;
 mod migrate;
 mod options;
@@ -93,5 +94,6 @@ mod sql;
 mod store;
 
 pub use error::{PostgresStoreError, Result};
+pub use gauges::{EXACT_COUNT_BELOW, EXPIRED_COUNT_CAP};
 pub use options::PostgresOptions;
 pub use store::PostgresStore;

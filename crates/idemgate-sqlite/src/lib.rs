@@ -66,6 +66,7 @@
 mod checkpoint;
 mod error;
 mod file;
+mod gauges;
 mod ops;
 mod options;
 mod readers;

@@ -241,7 +241,7 @@ impl SqliteStore {
     }
 
     /// Runs the read-only `op` on the read path (a file), or on the store thread (memory).
-    async fn read<T, F>(&self, op: F) -> Result<T, StoreError>
+    pub(crate) async fn read<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: Fn(&Connection) -> Result<T> + Send + 'static,
