@@ -17,6 +17,7 @@
 //!   [`memory`]: [`MemoryStore`].
 //! - [`admin`]: the operator operations ([`admin::AdminStore`]: list a key's records,
 //!   delete one exact record, count what a store holds).
+//! - [`gauges`]: [`StoreGauges`], what a store holds, for metrics.
 //! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
 //!   outcome until it lands), with a deadline on every store call.
 //!
@@ -36,6 +37,7 @@ pub mod admin;
 pub mod canonical;
 pub mod engine;
 pub mod fingerprint;
+pub mod gauges;
 pub mod integrity;
 pub mod key;
 pub mod lifecycle;
@@ -48,6 +50,7 @@ pub mod testing;
 
 pub use engine::{decide, Decision, DecisionPolicy, LeaseExpiredPolicy};
 pub use fingerprint::Fingerprint;
+pub use gauges::{GaugedStore, StoreGauges};
 pub use integrity::{response_checksum, RawRecord};
 pub use key::{IdempotencyKey, KeyError};
 pub use lifecycle::{

@@ -246,3 +246,35 @@ impl IdempotencyStore for MemoryStore {
         "memory"
     }
 }
+
+impl crate::gauges::GaugedStore for MemoryStore {
+    /// Exact: one pass over the map under its mutex (O(records)).
+    async fn gauges(&self) -> Result<crate::gauges::StoreGauges> {
+        let map = self.map();
+        let mut g = crate::gauges::StoreGauges {
+            now: self.now(),
+            expired: Some(0),
+            body_bytes: Some(0),
+            ..Default::default()
+        };
+        for raw in map.values() {
+            let state = raw.state.as_deref().and_then(RecordState::parse);
+            g.count(
+                state,
+                crate::gauges::RecordFacts {
+                    created_at: raw.created_at,
+                    expires_at: raw.expires_at,
+                    lease_expires_at: raw.lease_expires_at,
+                    body_bytes: raw.body.as_ref().map(|b| b.len() as u64),
+                },
+            );
+        }
+        Ok(g)
+    }
+
+    async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>> {
+        let now = self.now();
+        let n = self.map().values().filter(|r| expired(r, now)).count() as u64;
+        Ok(Some(n.min(u64::from(limit.get()))))
+    }
+}

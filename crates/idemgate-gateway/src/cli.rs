@@ -25,8 +25,8 @@ pub enum Command {
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
-    /// Delete expired records now, in batches.
-    Purge(PurgeArgs),
+    /// Delete expired records in batches: once, or on an interval with --watch.
+    Purge(crate::purge::PurgeArgs),
     /// Create or upgrade the store's schema (SQLite migrates on open too).
     Migrate(StoreArgs),
     /// Show the records of one idempotency key (state, lease, fence, times, response).
@@ -85,17 +85,6 @@ pub struct StoreArgs {
     /// Store URL (overrides the file).
     #[arg(long)]
     pub store: Option<String>,
-}
-
-/// Flags of `purge`.
-#[derive(Debug, Args)]
-pub struct PurgeArgs {
-    /// Which store.
-    #[command(flatten)]
-    pub store: StoreArgs,
-    /// Records deleted per batch.
-    #[arg(long, default_value_t = 1000)]
-    pub batch: u32,
 }
 
 impl ServeArgs {

@@ -66,6 +66,9 @@ pub struct Config {
     pub purge_interval: String,
     /// Records deleted per purge batch. Default 1000.
     pub purge_batch: u32,
+    /// How often the gateway refreshes the store gauges on `/metrics`; `"0s"` disables.
+    /// Default `15s`.
+    pub gauges_interval: String,
     /// Route policy for every covered request, unless a route overrides it.
     pub defaults: RouteConfig,
     /// Per-route policies; fields left out inherit `[defaults]`.
@@ -96,6 +99,7 @@ impl Default for Config {
             problem_type_base: idemgate_tower::policy::DEFAULT_PROBLEM_BASE.into(),
             purge_interval: "60s".into(),
             purge_batch: 1000,
+            gauges_interval: "15s".into(),
             defaults: RouteConfig::builtin(),
             routes: Vec::new(),
             jwt: None,
@@ -128,6 +132,8 @@ pub struct Validated {
     pub purge_interval: Option<Duration>,
     /// Purge batch size.
     pub purge_batch: std::num::NonZeroU32,
+    /// Store gauge refresh period; `None` disables.
+    pub gauges_interval: Option<Duration>,
     /// The layer's policy.
     pub policy: Policy,
 }
@@ -202,6 +208,8 @@ impl Config {
         if purge_batch.is_none() {
             errs.push("purge_batch: must be at least 1".into());
         }
+        let gauges_interval =
+            duration("gauges_interval", &self.gauges_interval, &mut errs).filter(|d| !d.is_zero());
         let header_name = HeaderName::from_bytes(self.header_name.as_bytes())
             .map_err(|_| {
                 errs.push(format!(
@@ -288,6 +296,7 @@ impl Config {
                 max_response_headers: self.max_response_headers,
                 purge_interval: (!purge.is_zero()).then_some(purge),
                 purge_batch,
+                gauges_interval,
                 policy,
             }),
             _ => Err(errs),

@@ -5,18 +5,22 @@
 //!
 //! # Layout
 //! - [`cli`]: the command line; [`config`]: the TOML file and its validation.
-//! - [`server`]: the listeners and the purge task; [`proxy`]: the upstream client;
+//! - [`server`]: the listeners and the background tasks; [`purge`]: the purge loop
+//!   (`idemgate purge` and `serve`'s) and its progress; [`proxy`]: the upstream client;
 //!   [`linger`]: lingering close, so early answers reach clients still sending.
-//! - [`store`]: the backend chosen at run time; [`admin`]: `inspect`, `release`, `stats`.
+//! - [`store`]: the backend chosen at run time; [`gauges`]: its gauges on `/metrics`;
+//!   [`admin`]: `inspect`, `release`, `stats`.
 //! - [`payments`] and [`demo`]: the example payments API and the incident replay.
 
 pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod gauges;
 pub mod linger;
 pub mod payments;
 pub mod proxy;
+pub mod purge;
 pub mod server;
 pub mod store;
 
@@ -44,7 +48,11 @@ pub async fn main() -> std::process::ExitCode {
     match dispatch(cli.command).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Each cause once: many drivers repeat their cause in their own message.
+            eprintln!(
+                "error: {}",
+                purge::join_chain(e.chain().map(|c| c.to_string()))
+            );
             std::process::ExitCode::from(2)
         }
     }
@@ -69,17 +77,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             server::run(config, listener, admin, shutdown_signal()).await
         }
         Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),
-        Command::Purge(args) => {
-            let (url, mut opts) = args.store.resolve()?;
-            opts.migrate = false;
-            opts.create = false;
-            let batch = std::num::NonZeroU32::new(args.batch)
-                .ok_or_else(|| anyhow::anyhow!("--batch: must be at least 1"))?;
-            let store = store::AnyStore::open(&url, &opts).await?;
-            let n = server::purge_all(&store, batch).await?;
-            println!("purged {n} expired records");
-            Ok(())
-        }
+        Command::Purge(args) => purge::command(args).await,
         Command::Migrate(args) => {
             let (url, mut opts) = args.resolve()?;
             opts.migrate = true;
@@ -99,7 +97,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
     }
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

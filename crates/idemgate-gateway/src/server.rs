@@ -1,4 +1,5 @@
-//! Running the gateway: the proxy listener, the admin listener and the purge task.
+//! Running the gateway: the proxy listener, the admin listener, the purge and the store
+//! gauges.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ use tower::Layer;
 use crate::config::Validated;
 use crate::linger::{Linger, LingerListener};
 use crate::proxy::{Proxy, UpstreamHeadTooLarge, UpstreamTimeout};
+use crate::purge::{PurgeOptions, QuietProgress};
 use crate::store::AnyStore;
 
 /// Serves the gateway on `listener` (and the admin endpoints on `admin`, if given) until
@@ -92,12 +94,20 @@ pub async fn run_with_store(
         });
     }
     if let Some(every) = config.purge_interval {
-        tokio::spawn(purge_loop(
-            store.clone(),
-            every,
-            config.purge_batch,
-            stop_rx.clone(),
-        ));
+        let (store, rx) = (store.clone(), stop_rx.clone());
+        let opts = PurgeOptions {
+            batch: config.purge_batch,
+            max_rate: None,
+            dry_run: false,
+        };
+        tokio::spawn(async move {
+            let quiet = || Box::new(QuietProgress) as Box<dyn crate::purge::Progress>;
+            crate::purge::watch(&*store, opts, every, false, quiet, stopped(rx)).await;
+        });
+    }
+    if let Some(every) = config.gauges_interval {
+        let (store, rx) = (store.clone(), stop_rx.clone());
+        tokio::spawn(async move { crate::gauges::refresh(&*store, every, stopped(rx)).await });
     }
     tracing::info!(
         listen = %listener.local_addr()?,
@@ -198,69 +208,5 @@ async fn metrics_text() -> impl IntoResponse {
             StatusCode::NOT_FOUND,
             "metrics recorder unavailable\n".into(),
         ),
-    }
-}
-
-/// Deletes expired records every `every`, in batches of `batch`, until a batch comes back
-/// short.
-async fn purge_loop(
-    store: Arc<AnyStore>,
-    every: Duration,
-    batch: std::num::NonZeroU32,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        match purge_all(&*store, batch).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(purged = n, "purged expired idempotency records"),
-            Err(e) => tracing::warn!(error = %e, "purge failed"),
-        }
-        export_store_gauges(&store).await;
-    }
-}
-
-/// Sets the record gauges (DESIGN.md, "TTL and cleanup") where the store can count them
-/// cheaply: rows and bytes held, oldest record age, stuck `in_progress` records.
-async fn export_store_gauges(store: &AnyStore) {
-    let AnyStore::Sqlite(sqlite) = store else {
-        return;
-    };
-    match sqlite.stats().await {
-        Ok(s) => {
-            metrics::gauge!("idempotency_records").set(s.rows as f64);
-            metrics::gauge!("idempotency_record_body_bytes").set(s.body_bytes as f64);
-            metrics::gauge!("idempotency_expired_records").set(s.expired_rows as f64);
-            metrics::gauge!("idempotency_stuck_in_progress_records")
-                .set(s.stuck_in_progress as f64);
-            let age = s.oldest_created_at.map_or(0.0, |t| {
-                (idemgate_core::now_millis() - t).max(0) as f64 / 1000.0
-            });
-            metrics::gauge!("idempotency_oldest_record_age_seconds").set(age);
-        }
-        Err(e) => tracing::warn!(error = %e, "cannot read store statistics"),
-    }
-}
-
-/// Purges in batches until a short batch; returns the total deleted.
-///
-/// # Errors
-/// The store's error; records already purged stay purged.
-pub async fn purge_all<St: IdempotencyStore>(
-    store: &St,
-    batch: std::num::NonZeroU32,
-) -> Result<u64, idemgate_core::StoreError> {
-    let mut total = 0;
-    loop {
-        let n = store.purge_expired(batch).await?;
-        total += n;
-        metrics::counter!("idempotency_purged_records_total").increment(n);
-        if n < u64::from(batch.get()) {
-            return Ok(total);
-        }
-        tokio::task::yield_now().await;
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use idemgate_core::store::Result;
+use idemgate_core::{GaugedStore, StoreGauges};
 use idemgate_core::{
     IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
     MemoryStore, ScopedKey, StoredResponse, UnixMillis,
@@ -191,5 +192,14 @@ impl IdempotencyStore for AnyStore {
     }
     fn backend(&self) -> &'static str {
         each!(self, s => s.backend())
+    }
+}
+
+impl GaugedStore for AnyStore {
+    async fn gauges(&self) -> Result<StoreGauges> {
+        each!(self, s => s.gauges().await)
+    }
+    async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>> {
+        each!(self, s => s.count_expired(limit).await)
     }
 }

@@ -87,6 +87,7 @@
 
 mod admin;
 mod error;
+mod gauges;
 mod insert;
 mod migrate;
 mod options;
@@ -96,5 +97,6 @@ mod sql;
 mod store;
 
 pub use error::{PostgresStoreError, Result};
+pub use gauges::{EXACT_COUNT_BELOW, EXPIRED_COUNT_CAP};
 pub use options::PostgresOptions;
 pub use store::PostgresStore;

@@ -33,6 +33,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "response_checksum",
         template: include_str!("../migrations/0002_response_checksum.sql"),
     },
+    Migration {
+        version: 3,
+        description: "purge_autovacuum",
+        template: include_str!("../migrations/0003_purge_autovacuum.sql"),
+    },
 ];
 
 impl Migration {

@@ -121,6 +121,7 @@ mod admin;
 mod check;
 mod conn;
 mod error;
+mod gauges;
 mod key;
 mod options;
 mod record;
@@ -129,6 +130,7 @@ mod store;
 
 pub use check::ServerWarning;
 pub use error::{RedisStoreError, Result};
+pub use gauges::{SAMPLE_KEYS, SCAN_ALL_BELOW};
 pub use key::{DEFAULT_KEY_PREFIX, MAX_KEY_PREFIX_BYTES};
 pub use options::RedisOptions;
 pub use store::RedisStore;

@@ -69,6 +69,7 @@ mod admin;
 mod checkpoint;
 mod error;
 mod file;
+mod gauges;
 mod ops;
 mod options;
 mod readers;

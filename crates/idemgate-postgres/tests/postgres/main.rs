@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bloat;
 mod errors;
 mod migrate;
 mod no_rules;

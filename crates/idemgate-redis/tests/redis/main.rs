@@ -10,6 +10,7 @@ mod black_hole;
 mod compat;
 mod errors;
 mod expiry;
+mod gauges;
 mod loss;
 mod records;
 mod server;

@@ -1,0 +1,215 @@
+//! Store gauges: what a store holds, for the metrics an operator alerts on (DESIGN.md,
+//! "TTL and cleanup": a purge that stops or falls behind must be seen before the table
+//! grows without bound).
+//!
+//! [`GaugedStore::gauges`] reads a [`StoreGauges`] snapshot; [`StoreGauges::export`] sets
+//! them through the `metrics` facade. Each store says in its docs how exact each number
+//! is: the in-memory and SQLite stores count exactly (one scan), PostgreSQL reads indexed
+//! queries and catalog statistics, Redis samples keys (approximate past a size).
+
+use std::future::Future;
+use std::num::NonZeroU32;
+
+use crate::record::{RecordState, UnixMillis};
+use crate::store::{IdempotencyStore, Result};
+
+/// A snapshot of what a store holds. Counts are records; times are ms since the epoch on
+/// the store's clock. `None` means the store cannot tell (see each field).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StoreGauges {
+    /// The store's clock when the snapshot was taken, in ms since the epoch.
+    pub now: UnixMillis,
+    /// Records `in_progress`, expired ones not yet purged included.
+    pub in_progress: u64,
+    /// Records `completed`.
+    pub completed: u64,
+    /// Records `failed`.
+    pub failed: u64,
+    /// Sum of the stored response bodies, in bytes, where the store can add them up.
+    pub body_bytes: Option<u64>,
+    /// Bytes the store's table takes on disk (heap, indexes, TOAST), where it has one.
+    pub table_bytes: Option<u64>,
+    /// Dead row versions waiting for vacuum (PostgreSQL).
+    pub dead_rows: Option<u64>,
+    /// `created_at` of the oldest record held; `None` when empty.
+    pub oldest_created_at: Option<UnixMillis>,
+    /// Records past their `expires_at` not yet purged. `None` where the store expires
+    /// records itself (Redis drops a key at its `expires_at`: nothing waits for a purge).
+    pub expired: Option<u64>,
+    /// Live `in_progress` records whose lease has expired (or is missing): their holder
+    /// died and no retry has taken them over yet.
+    pub stuck_in_progress: u64,
+    /// True when the counts are estimates (sampling, catalog statistics).
+    pub approximate: bool,
+}
+
+impl StoreGauges {
+    /// All records held, every state.
+    pub fn records(&self) -> u64 {
+        self.in_progress + self.completed + self.failed
+    }
+
+    /// Seconds since the oldest record was created (0 when empty).
+    pub fn oldest_age_seconds(&self) -> f64 {
+        self.oldest_created_at
+            .map_or(0.0, |t| (self.now - t).max(0) as f64 / 1000.0)
+    }
+
+    /// Sets the gauges, each labelled `backend` (e.g. `sqlite`):
+    /// `idempotency_records{state}`, `idempotency_record_body_bytes`,
+    /// `idempotency_store_table_bytes`, `idempotency_store_dead_rows`,
+    /// `idempotency_oldest_record_age_seconds`, `idempotency_expired_records`,
+    /// `idempotency_stuck_in_progress_records`, `idempotency_store_gauges_approximate`
+    /// (1 or 0). A gauge the store cannot tell is not set. On Redis
+    /// `idempotency_expired_records` is 0: Redis expires records itself.
+    pub fn export(&self, backend: &'static str) {
+        for (state, n) in [
+            (RecordState::InProgress, self.in_progress),
+            (RecordState::Completed, self.completed),
+            (RecordState::Failed, self.failed),
+        ] {
+            metrics::gauge!("idempotency_records", "backend" => backend, "state" => state.as_str())
+                .set(n as f64);
+        }
+        let set = |name: &'static str, v: Option<u64>| {
+            if let Some(v) = v {
+                metrics::gauge!(name, "backend" => backend).set(v as f64);
+            }
+        };
+        set("idempotency_record_body_bytes", self.body_bytes);
+        set("idempotency_store_table_bytes", self.table_bytes);
+        set("idempotency_store_dead_rows", self.dead_rows);
+        set(
+            "idempotency_expired_records",
+            Some(self.expired.unwrap_or(0)),
+        );
+        set(
+            "idempotency_stuck_in_progress_records",
+            Some(self.stuck_in_progress),
+        );
+        set(
+            "idempotency_store_gauges_approximate",
+            Some(u64::from(self.approximate)),
+        );
+        metrics::gauge!("idempotency_oldest_record_age_seconds", "backend" => backend)
+            .set(self.oldest_age_seconds());
+    }
+
+    /// Adds one record to the counts (for stores that scan their records). With `expired`
+    /// `None` (a store that deletes records itself at their expiry), a record already past
+    /// its `expires_at` is absent and not counted.
+    pub fn count(&mut self, state: Option<RecordState>, rec: RecordFacts) {
+        let expired = rec.expires_at.is_some_and(|e| e <= self.now);
+        if expired && self.expired.is_none() {
+            return;
+        }
+        match state {
+            Some(RecordState::InProgress) => self.in_progress += 1,
+            Some(RecordState::Completed) => self.completed += 1,
+            Some(RecordState::Failed) => self.failed += 1,
+            None => {}
+        }
+        if expired {
+            if let Some(n) = self.expired.as_mut() {
+                *n += 1;
+            }
+        } else if state == Some(RecordState::InProgress)
+            && rec.lease_expires_at.is_none_or(|l| l <= self.now)
+        {
+            self.stuck_in_progress += 1;
+        }
+        if let (Some(total), Some(b)) = (self.body_bytes.as_mut(), rec.body_bytes) {
+            *total += b;
+        }
+        if let Some(c) = rec.created_at {
+            self.oldest_created_at = Some(self.oldest_created_at.map_or(c, |o| o.min(c)));
+        }
+    }
+}
+
+/// What [`StoreGauges::count`] needs of one record.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecordFacts {
+    /// `created_at`, ms.
+    pub created_at: Option<UnixMillis>,
+    /// `expires_at`, ms.
+    pub expires_at: Option<UnixMillis>,
+    /// `lease_expires_at`, ms.
+    pub lease_expires_at: Option<UnixMillis>,
+    /// Length of the stored body, bytes.
+    pub body_bytes: Option<u64>,
+}
+
+/// A store that can report its gauges and count what a purge would delete.
+pub trait GaugedStore: IdempotencyStore {
+    /// Reads a [`StoreGauges`] snapshot. Cheap enough to call every few seconds (each
+    /// store's docs give the cost).
+    ///
+    /// # Errors
+    /// A store error, classified as for the store operations.
+    fn gauges(&self) -> impl Future<Output = Result<StoreGauges>> + Send;
+
+    /// Counts the records a purge would delete now (past their `expires_at`), deleting
+    /// nothing; at most `limit` are counted. `None` where the store expires records itself
+    /// (Redis).
+    ///
+    /// # Errors
+    /// A store error.
+    fn count_expired(&self, limit: NonZeroU32) -> impl Future<Output = Result<Option<u64>>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(created: i64, expires: i64, lease: Option<i64>) -> RecordFacts {
+        RecordFacts {
+            created_at: Some(created),
+            expires_at: Some(expires),
+            lease_expires_at: lease,
+            body_bytes: Some(10),
+        }
+    }
+
+    #[test]
+    fn counting_sorts_states_expired_and_stuck() {
+        let mut g = StoreGauges {
+            now: 1_000,
+            expired: Some(0),
+            body_bytes: Some(0),
+            ..StoreGauges::default()
+        };
+        g.count(Some(RecordState::Completed), facts(100, 500, None)); // expired
+        g.count(Some(RecordState::InProgress), facts(200, 5_000, Some(900))); // stuck
+        g.count(
+            Some(RecordState::InProgress),
+            facts(300, 5_000, Some(2_000)),
+        ); // held
+        g.count(Some(RecordState::InProgress), facts(400, 900, Some(800))); // expired, not stuck
+        g.count(Some(RecordState::Failed), facts(500, 5_000, None));
+        assert_eq!((g.in_progress, g.completed, g.failed), (3, 1, 1));
+        assert_eq!(g.records(), 5);
+        assert_eq!(g.expired, Some(2));
+        assert_eq!(g.stuck_in_progress, 1);
+        assert_eq!(g.body_bytes, Some(50));
+        assert_eq!(g.oldest_created_at, Some(100));
+        assert!((g.oldest_age_seconds() - 0.9).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_store_that_cannot_tell_keeps_none() {
+        let mut g = StoreGauges {
+            now: 1_000,
+            ..StoreGauges::default()
+        };
+        g.count(Some(RecordState::Completed), facts(100, 500, None));
+        g.count(Some(RecordState::Failed), facts(700, 5_000, None));
+        assert_eq!((g.expired, g.body_bytes), (None, None));
+        // Past its expiry, the record is absent on a store that expires records itself.
+        assert_eq!(
+            (g.completed, g.failed, g.oldest_created_at),
+            (0, 1, Some(700))
+        );
+        assert_eq!(StoreGauges::default().oldest_age_seconds(), 0.0);
+    }
+}

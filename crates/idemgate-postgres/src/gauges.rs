@@ -1,0 +1,175 @@
+//! [`GaugedStore`] for [`PostgresStore`]: indexed queries and catalog statistics, cheap
+//! enough for every metrics interval on a table of any size.
+
+use std::num::NonZeroU32;
+
+use idemgate_core::gauges::{GaugedStore, StoreGauges};
+use idemgate_core::StoreError;
+use sqlx::{Executor, Row};
+
+use crate::error::classify;
+use crate::store::PostgresStore;
+
+/// Below this many live rows (the statistics' estimate) records are counted by state
+/// exactly; above, the count comes from the statistics.
+pub const EXACT_COUNT_BELOW: i64 = 100_000;
+
+/// The expired count stops here, so a huge backlog costs a bounded index scan.
+pub const EXPIRED_COUNT_CAP: i64 = 1_000_000;
+
+const NOW: &str = "date_trunc('milliseconds', statement_timestamp())";
+
+fn ms(expr: &str) -> String {
+    format!("(extract(epoch from {expr}) * 1000)::bigint")
+}
+
+/// One round trip: catalog numbers, the state statistics, the in-progress partial index
+/// (migration 0003), the oldest record near the head of the `expires_at` index, the capped
+/// expired count and the clock.
+fn catalog_sql(t: &str) -> String {
+    let now = NOW;
+    let stats = "FROM pg_stats s WHERE s.schemaname = n.nspname AND s.tablename = c.relname \
+                 AND s.attname = 'state'";
+    format!(
+        "SELECT pg_total_relation_size(c.oid)::bigint, \
+         pg_stat_get_live_tuples(c.oid)::bigint, pg_stat_get_dead_tuples(c.oid)::bigint, \
+         (SELECT s.most_common_vals::text::text[] {stats}), \
+         (SELECT s.most_common_freqs {stats}), \
+         (SELECT count(*) FROM {t} WHERE state = 'in_progress'), \
+         (SELECT count(*) FROM {t} WHERE state = 'in_progress' AND expires_at > {now} \
+           AND (lease_expires_at IS NULL OR lease_expires_at <= {now})), \
+         (SELECT {created} FROM (SELECT created_at FROM {t} ORDER BY expires_at LIMIT 1000) o), \
+         (SELECT count(*) FROM (SELECT 1 FROM {t} WHERE expires_at <= {now} LIMIT $2) e), \
+         {now_ms} \
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.oid = $1::regclass",
+        created = ms("min(created_at)"),
+        now_ms = ms(now),
+    )
+}
+
+/// Records `completed` and `failed` (of `settled` = live minus in progress) split by the
+/// `state` column's most-common-value frequencies; all `completed` until the first ANALYZE.
+fn split(settled: u64, vals: Option<Vec<String>>, freqs: Option<Vec<f32>>) -> (u64, u64) {
+    let (mut fc, mut ff) = (0.0_f64, 0.0_f64);
+    for (v, f) in vals
+        .unwrap_or_default()
+        .iter()
+        .zip(freqs.unwrap_or_default())
+    {
+        match v.as_str() {
+            "completed" => fc = f64::from(f),
+            "failed" => ff = f64::from(f),
+            _ => {}
+        }
+    }
+    if fc + ff <= 0.0 {
+        return (settled, 0);
+    }
+    let failed = (settled as f64 * ff / (fc + ff)).round() as u64;
+    (settled - failed.min(settled), failed.min(settled))
+}
+
+impl PostgresStore {
+    async fn exact_counts(&self, g: &mut StoreGauges) -> Result<(), StoreError> {
+        let t = self.table.qualified();
+        let sql = format!(
+            "SELECT state, count(*), {} FROM {t} GROUP BY state",
+            ms("min(created_at)")
+        );
+        let rows = self
+            .pool
+            .fetch_all(sqlx::query(&sql))
+            .await
+            .map_err(classify)?;
+        (g.completed, g.failed, g.oldest_created_at) = (0, 0, None);
+        for r in rows {
+            let state: String = r.try_get(0).map_err(classify)?;
+            let n = r.try_get::<i64, _>(1).map_err(classify)?.max(0) as u64;
+            match state.as_str() {
+                "completed" => g.completed = n,
+                "failed" => g.failed = n,
+                _ => {}
+            }
+            if let Some(c) = r.try_get::<Option<i64>, _>(2).map_err(classify)? {
+                g.oldest_created_at = Some(g.oldest_created_at.map_or(c, |o| o.min(c)));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GaugedStore for PostgresStore {
+    /// Table bytes (`pg_total_relation_size`: heap, indexes, TOAST) and dead rows
+    /// (`pg_stat_get_dead_tuples`) from the catalog; `in_progress` and stuck records exactly,
+    /// through the partial index of migration 0003; expired records exactly up to
+    /// [`EXPIRED_COUNT_CAP`] through the `expires_at` index. `completed`/`failed` are exact
+    /// below [`EXACT_COUNT_BELOW`] live rows, else estimated from the statistics
+    /// (`approximate` is then set). The oldest record is the oldest `created_at` among the
+    /// 1000 records next to expire (exact when every route has the same record TTL). Body
+    /// bytes are not summed (that would read every row). Below [`EXACT_COUNT_BELOW`] the
+    /// oldest record is exact too.
+    async fn gauges(&self) -> Result<StoreGauges, StoreError> {
+        let sql = catalog_sql(&self.table.qualified());
+        let q = sqlx::query(&sql)
+            .bind(self.table.qualified())
+            .bind(EXPIRED_COUNT_CAP);
+        let r = self.pool.fetch_one(q).await.map_err(classify)?;
+        let get = |i: usize| -> Result<i64, StoreError> {
+            Ok(r.try_get::<Option<i64>, _>(i)
+                .map_err(classify)?
+                .unwrap_or(0))
+        };
+        let live = get(1)?;
+        let in_progress = get(5)?.max(0) as u64;
+        let settled = (live.max(0) as u64).saturating_sub(in_progress);
+        let vals = r.try_get::<Option<Vec<String>>, _>(3).map_err(classify)?;
+        let freqs = r.try_get::<Option<Vec<f32>>, _>(4).map_err(classify)?;
+        let (completed, failed) = split(settled, vals, freqs);
+        let mut g = StoreGauges {
+            now: get(9)?,
+            in_progress,
+            completed,
+            failed,
+            table_bytes: Some(get(0)?.max(0) as u64),
+            dead_rows: Some(get(2)?.max(0) as u64),
+            oldest_created_at: r.try_get::<Option<i64>, _>(7).map_err(classify)?,
+            expired: Some(get(8)?.max(0) as u64),
+            stuck_in_progress: get(6)?.max(0) as u64,
+            approximate: live >= EXACT_COUNT_BELOW,
+            ..StoreGauges::default()
+        };
+        if !g.approximate {
+            self.exact_counts(&mut g).await?;
+        }
+        Ok(g)
+    }
+
+    /// An index range scan over `expires_at`, stopped at `limit`.
+    async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>, StoreError> {
+        let t = self.table.qualified();
+        let sql = format!(
+            "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE expires_at <= {NOW} LIMIT $1) e"
+        );
+        let q = sqlx::query(&sql).bind(i64::from(limit.get()));
+        let r = self.pool.fetch_one(q).await.map_err(classify)?;
+        let n: i64 = r.try_get(0).map_err(classify)?;
+        Ok(Some(n.max(0) as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn settled_rows_split_by_the_state_statistics() {
+        let vals = Some(vec!["completed".to_owned(), "failed".to_owned()]);
+        assert_eq!(split(100, vals, Some(vec![0.6, 0.2])), (75, 25));
+        assert_eq!(split(100, None, None), (100, 0));
+        assert_eq!(
+            split(0, Some(vec!["failed".into()]), Some(vec![1.0])),
+            (0, 0)
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! [`GaugedStore`] for [`RedisStore`]: counts from a scan of the prefix's keys while the
+//! database is small, from a random sample of keys past that (approximate).
+
+use std::num::NonZeroU32;
+
+use idemgate_core::gauges::{GaugedStore, RecordFacts, StoreGauges};
+use idemgate_core::{RecordState, StoreError};
+use redis::{FromRedisValue, Value};
+
+use crate::conn::Conn;
+use crate::error::classify;
+use crate::store::RedisStore;
+
+/// Up to this many keys in the database (`DBSIZE`), the prefix's keys are all scanned and
+/// the counts are exact; past it, [`SAMPLE_KEYS`] random keys are read and the counts
+/// scaled (approximate).
+pub const SCAN_ALL_BELOW: i64 = 20_000;
+
+/// Keys read per sample (`RANDOMKEY`).
+pub const SAMPLE_KEYS: usize = 1_000;
+
+/// One key's state, lease expiry, expiry, creation and body length; nil for a key that is
+/// not a hash (another program's key under the prefix is skipped, never an error).
+const READ: &str = "if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return false end \
+    local f = redis.call('HMGET', KEYS[1], 'st', 'le', 'ex', 'ca') \
+    return {f[1] or false, f[2] or false, f[3] or false, f[4] or false, \
+    redis.call('HSTRLEN', KEYS[1], 'rb')}";
+
+/// `prefix` as a `SCAN MATCH` pattern: glob characters escaped, then `*`.
+fn pattern(prefix: &str) -> String {
+    let mut p = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            p.push('\\');
+        }
+        p.push(c);
+    }
+    p.push('*');
+    p
+}
+
+fn int(v: &Value) -> Option<i64> {
+    Option::<i64>::from_redis_value(v).ok().flatten()
+}
+
+impl RedisStore {
+    /// Every key under the prefix (`SCAN`, one node).
+    async fn scan_all(&self, conn: &mut Conn) -> Result<Vec<String>, StoreError> {
+        let (mut cursor, mut keys) = (0_u64, Vec::new());
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern(self.key_prefix()))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(conn)
+                .await
+                .map_err(classify)?;
+            keys.extend(batch);
+            if next == 0 {
+                return Ok(keys);
+            }
+            cursor = next;
+        }
+    }
+
+    /// [`SAMPLE_KEYS`] random keys of the database (of every prefix).
+    async fn sample(&self, conn: &mut Conn) -> Result<Vec<Option<String>>, StoreError> {
+        let mut keys = Vec::with_capacity(SAMPLE_KEYS);
+        for _ in 0..SAMPLE_KEYS {
+            let k: Option<String> = redis::cmd("RANDOMKEY")
+                .query_async(conn)
+                .await
+                .map_err(classify)?;
+            keys.push(k);
+        }
+        Ok(keys)
+    }
+
+    /// Reads each key's state, lease, expiry, creation and body length into `g`.
+    async fn count_keys(
+        &self,
+        conn: &mut Conn,
+        keys: &[String],
+        g: &mut StoreGauges,
+    ) -> Result<(), StoreError> {
+        // One slot per pipeline on a cluster; 100 keys per pipeline on one server.
+        let per = if self.is_cluster() { 1 } else { 100 };
+        for chunk in keys.chunks(per) {
+            let mut pipe = redis::pipe();
+            for k in chunk {
+                pipe.cmd("EVAL").arg(READ).arg(1).arg(k);
+            }
+            let replies: Vec<Value> = pipe.query_async(conn).await.map_err(classify)?;
+            for reply in replies {
+                let Value::Array(f) = reply else {
+                    continue; // gone meanwhile, or not a hash
+                };
+                let state = f
+                    .first()
+                    .and_then(|v| Option::<String>::from_redis_value(v).ok().flatten());
+                let Some(state) = state else { continue }; // not a record
+                let at = |i: usize| f.get(i).and_then(int);
+                g.count(
+                    RecordState::parse(&state),
+                    RecordFacts {
+                        lease_expires_at: at(1),
+                        expires_at: at(2),
+                        created_at: at(3),
+                        body_bytes: at(4).map(|n| n.max(0) as u64),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GaugedStore for RedisStore {
+    /// Exact while the database holds at most [`SCAN_ALL_BELOW`] keys (a `SCAN` of the
+    /// prefix, then one short read-only script per key, pipelined); past that, and always on a
+    /// cluster, approximate: [`SAMPLE_KEYS`] `RANDOMKEY`s, the prefix's share of them scaled
+    /// by `DBSIZE` (`approximate` is set; the oldest record is the oldest sampled). Redis
+    /// drops every record at its `expires_at`, so `expired` is `None`: nothing waits for a
+    /// purge. Body bytes are the stored bodies' lengths, not Redis's memory use.
+    async fn gauges(&self) -> Result<StoreGauges, StoreError> {
+        let mut conn = self.conn();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        let dbsize: i64 = redis::cmd("DBSIZE")
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        let mut g = StoreGauges {
+            now: secs * 1000 + micros / 1000,
+            body_bytes: Some(0),
+            ..StoreGauges::default()
+        };
+        if !self.is_cluster() && dbsize <= SCAN_ALL_BELOW {
+            let keys = self.scan_all(&mut conn).await?;
+            self.count_keys(&mut conn, &keys, &mut g).await?;
+            return Ok(g);
+        }
+        let sampled = self.sample(&mut conn).await?;
+        let mine: Vec<String> = sampled
+            .iter()
+            .flatten()
+            .filter(|k| k.starts_with(self.key_prefix()))
+            .cloned()
+            .collect();
+        self.count_keys(&mut conn, &mine, &mut g).await?;
+        let scale = dbsize.max(0) as f64 / sampled.len().max(1) as f64;
+        let s = |n: u64| (n as f64 * scale).round() as u64;
+        (g.in_progress, g.completed, g.failed) = (s(g.in_progress), s(g.completed), s(g.failed));
+        g.stuck_in_progress = s(g.stuck_in_progress);
+        g.body_bytes = g.body_bytes.map(s);
+        g.approximate = true;
+        Ok(g)
+    }
+
+    /// `None`: Redis deletes each record itself at its `expires_at`.
+    async fn count_expired(&self, _limit: NonZeroU32) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pattern;
+
+    #[test]
+    fn prefixes_match_literally() {
+        assert_eq!(pattern("idemgate:"), "idemgate:*");
+        assert_eq!(pattern("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\*");
+    }
+}
