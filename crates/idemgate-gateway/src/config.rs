@@ -185,7 +185,8 @@ impl Config {
         } else {
             parse_addr("admin_listen", &self.admin_listen, &mut errs)
         };
-        if listen.is_some() && listen == admin_listen {
+        // Port 0 asks the system for a free port, a different one for each listener.
+        if listen.is_some_and(|a| a.port() != 0) && listen == admin_listen {
             errs.push(format!(
                 "admin_listen: `{}` is also `listen`; give it another port",
                 self.admin_listen

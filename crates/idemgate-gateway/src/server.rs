@@ -83,6 +83,9 @@ pub async fn run_with_store(
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics_text))
             .with_state(store.clone());
+        if let Ok(addr) = admin.local_addr() {
+            tracing::info!(admin = %addr, "idemgate admin listening");
+        }
         let rx = stop_rx.clone();
         tokio::spawn(async move {
             if let Err(e) = axum::serve(admin, admin_app)

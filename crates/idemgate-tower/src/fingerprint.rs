@@ -2,11 +2,15 @@
 //!
 //! Decoding and canonicalizing a body can take milliseconds per megabyte, and a small gzip
 //! body may inflate a thousandfold up to the decoded-body limit. Such work runs on tokio's
-//! blocking pool, at most one job per CPU at a time (a FIFO semaphore): a flood of bombs
-//! queues among itself, while small identity bodies are fingerprinted inline and never
-//! wait behind it.
+//! blocking pool, at most one job per CPU at a time (a FIFO semaphore), and at most one per
+//! principal (its *lane*): one caller's flood of bombs queues in its own lane and holds one
+//! slot, so other callers' encoded bodies get the other slots, and small identity bodies are
+//! fingerprinted inline and never wait. (A caller that can name many principals, e.g. by
+//! varying an unverified `Authorization` header, can still fill every slot; the per-principal
+//! limits and a verified principal source bound that.)
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use http::header::CONTENT_ENCODING;
@@ -31,6 +35,8 @@ pub(crate) struct FingerprintJob {
     pub(crate) route: String,
     pub(crate) policy: Arc<RoutePolicy>,
     pub(crate) body: Bytes,
+    /// The caller, whose heavy jobs run one at a time.
+    pub(crate) principal: String,
 }
 
 impl FingerprintJob {
@@ -58,12 +64,13 @@ impl FingerprintJob {
         version: u16,
     ) -> Result<Fingerprint, IdempotencyRejection> {
         let result = if self.heavy() {
+            let lane = lanes().enter(&self.principal).await;
             let slots = blocking_slots().clone();
             let Ok(permit) = slots.acquire_owned().await else {
                 return Err(IdempotencyRejection::Internal); // never closed
             };
             let job = tokio::task::spawn_blocking(move || {
-                let _permit = permit;
+                let _held = (lane, permit);
                 self.compute(version)
             });
             job.await.map_err(|_| IdempotencyRejection::Internal)?
@@ -86,4 +93,70 @@ fn blocking_slots() -> &'static Arc<Semaphore> {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         Arc::new(Semaphore::new(cpus))
     })
+}
+
+/// One lane (a semaphore of one) per principal with a heavy job running or waiting.
+#[derive(Debug, Default)]
+struct Lanes(Mutex<HashMap<String, Arc<Semaphore>>>);
+
+/// A principal's turn in its lane; dropping it lets the next job of that principal run.
+#[derive(Debug)]
+struct LaneTurn {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Lanes {
+    /// Waits for `principal`'s turn. Idle lanes (nobody else holds them) are dropped as
+    /// new ones are made, so the map holds only callers with heavy work under way.
+    async fn enter(&self, principal: &str) -> LaneTurn {
+        let lane = {
+            let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(lane) = map.get(principal) {
+                lane.clone()
+            } else {
+                map.retain(|_, lane| Arc::strong_count(lane) > 1);
+                let lane = Arc::new(Semaphore::new(1));
+                map.insert(principal.to_owned(), lane.clone());
+                lane
+            }
+        };
+        let permit = lane.acquire_owned().await.expect("lanes are never closed");
+        LaneTurn { _permit: permit }
+    }
+}
+
+fn lanes() -> &'static Lanes {
+    static LANES: OnceLock<Lanes> = OnceLock::new();
+    LANES.get_or_init(Lanes::default)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn one_principal_waits_in_its_lane_while_another_goes_ahead() {
+        let lanes = Lanes::default();
+        let first = lanes.enter("mallory").await;
+        let again = tokio::time::timeout(Duration::from_millis(50), lanes.enter("mallory")).await;
+        assert!(again.is_err(), "a second heavy job of one caller waits");
+        let other = tokio::time::timeout(Duration::from_secs(5), lanes.enter("alice")).await;
+        assert!(other.is_ok(), "another caller does not wait");
+        drop(first);
+        let next = tokio::time::timeout(Duration::from_secs(5), lanes.enter("mallory")).await;
+        assert!(next.is_ok(), "the lane frees when the job ends");
+    }
+
+    #[tokio::test]
+    async fn idle_lanes_are_dropped() {
+        let lanes = Lanes::default();
+        for i in 0..100 {
+            drop(lanes.enter(&format!("p{i}")).await);
+        }
+        let held = lanes.enter("last").await;
+        assert!(lanes.0.lock().unwrap().len() <= 2);
+        drop(held);
+    }
 }

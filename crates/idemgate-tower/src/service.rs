@@ -225,6 +225,7 @@ where
         route: resolved.route.to_string(),
         policy: rp.clone(),
         body: bytes.clone(),
+        principal: principal.clone(),
     });
     let fingerprint = match job.clone().run(CURRENT_VERSION).await {
         Ok(f) => f,
