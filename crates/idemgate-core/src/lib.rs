@@ -17,6 +17,7 @@
 //!   [`memory`]: [`MemoryStore`].
 //! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
 //!   outcome until it lands), with a deadline on every store call.
+//! - [`loghash`]: keyed hashes of keys and principals for logs.
 //!
 //! # State machine
 //! ```text
@@ -36,6 +37,7 @@ pub mod fingerprint;
 pub mod integrity;
 pub mod key;
 pub mod lifecycle;
+pub mod loghash;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod record;

@@ -66,6 +66,10 @@ pub struct Config {
     pub purge_interval: String,
     /// Records deleted per purge batch. Default 1000.
     pub purge_batch: u32,
+    /// Secret (at least 16 bytes) of the keyed hashes that stand for keys and principals in
+    /// logs; the environment variable `IDEMGATE_LOG_HASH_KEY` overrides it. Empty: a random
+    /// secret per process. Default empty.
+    pub log_hash_key: String,
     /// Route policy for every covered request, unless a route overrides it.
     pub defaults: RouteConfig,
     /// Per-route policies; fields left out inherit `[defaults]`.
@@ -96,6 +100,7 @@ impl Default for Config {
             problem_type_base: idemgate_tower::policy::DEFAULT_PROBLEM_BASE.into(),
             purge_interval: "60s".into(),
             purge_batch: 1000,
+            log_hash_key: String::new(),
             defaults: RouteConfig::builtin(),
             routes: Vec::new(),
             jwt: None,
@@ -130,6 +135,8 @@ pub struct Validated {
     pub purge_batch: std::num::NonZeroU32,
     /// The layer's policy.
     pub policy: Policy,
+    /// The log hash secret, if configured.
+    pub log_hash_key: Option<String>,
 }
 
 impl Config {
@@ -201,6 +208,12 @@ impl Config {
         let purge_batch = std::num::NonZeroU32::new(self.purge_batch);
         if purge_batch.is_none() {
             errs.push("purge_batch: must be at least 1".into());
+        }
+        let min = idemgate_core::loghash::MIN_SECRET_BYTES;
+        if (1..min).contains(&self.log_hash_key.len()) {
+            errs.push(format!(
+                "log_hash_key: must be at least {min} bytes, or empty"
+            ));
         }
         let header_name = HeaderName::from_bytes(self.header_name.as_bytes())
             .map_err(|_| {
@@ -289,6 +302,7 @@ impl Config {
                 purge_interval: (!purge.is_zero()).then_some(purge),
                 purge_batch,
                 policy,
+                log_hash_key: (!self.log_hash_key.is_empty()).then(|| self.log_hash_key.clone()),
             }),
             _ => Err(errs),
         }

@@ -11,6 +11,7 @@ mod failures;
 mod faults;
 mod fingerprint;
 mod limits;
+mod observability;
 mod postgres;
 mod principal;
 mod readme;
