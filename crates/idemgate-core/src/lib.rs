@@ -20,6 +20,7 @@
 //! - [`gauges`]: [`StoreGauges`], what a store holds, for metrics.
 //! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
 //!   outcome until it lands), with a deadline on every store call.
+//! - [`loghash`]: keyed hashes of keys and principals for logs.
 //!
 //! # State machine
 //! ```text
@@ -41,6 +42,7 @@ pub mod gauges;
 pub mod integrity;
 pub mod key;
 pub mod lifecycle;
+pub mod loghash;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod record;

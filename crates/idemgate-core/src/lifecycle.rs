@@ -32,7 +32,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
@@ -269,7 +268,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                 Decision::Mismatch => Answer::Mismatch,
                 Decision::PreviousFailed => Answer::PreviousFailed,
                 Decision::OutcomeUnknown => {
-                    tracing::warn!(route = %key.route, key = %hash_key(key), fence = record.fence, "lease lapsed before the outcome was written: outcome unknown");
+                    tracing::warn!(route = %key.route, key = %hash_key(key), principal = %principal_hash(key), fence = record.fence, "lease lapsed before the outcome was written: outcome unknown");
                     metrics::counter!("idempotency_outcome_unknown_total").increment(1);
                     Answer::OutcomeUnknown
                 }
@@ -329,7 +328,8 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         let left = u64::try_from(seen.expires_at.saturating_sub(now)).unwrap_or(0);
         let ttl = Duration::from_millis(left).max(plan.lease_ttl);
         Ok(lease.map(|lease| {
-            tracing::info!(route = %seen.key.route, key = %hash_key(&seen.key), fence = lease.fence, "took over an expired lease");
+            tracing::warn!(route = %seen.key.route, key = %hash_key(&seen.key), principal = %principal_hash(&seen.key), fence = lease.fence, "took over an expired lease");
+            metrics::counter!("idempotency_takeovers_total").increment(1);
             self.holder(lease, true, ttl, plan)
         }))
     }
@@ -346,7 +346,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     fn store_failed(&self, key: &ScopedKey, e: StoreError) -> Answer {
         match e {
             StoreError::Corrupt { detail } => {
-                tracing::error!(route = %key.route, key = %hash_key(key), %detail, "stored record is corrupt; not replayed");
+                tracing::error!(route = %key.route, key = %hash_key(key), principal = %principal_hash(key), %detail, "stored record is corrupt; not replayed");
                 metrics::counter!("idempotency_record_corrupt_total", "backend" => self.store.backend()).increment(1);
                 Answer::Corrupt
             }
@@ -375,9 +375,13 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     }
 }
 
-/// The key for logs: the scope's route and principal stay readable elsewhere, the key itself
-/// is a secret-ish client value, so it is logged as the first 8 bytes of its SHA-256, hex.
+/// The key for logs: its keyed hash ([`crate::loghash::key_hash`], 16 hex digits), never
+/// the key itself, which a client may have made guessable.
 pub fn hash_key(key: &ScopedKey) -> String {
-    let digest = Sha256::digest(key.key.as_str().as_bytes());
-    hex::encode(&digest[..8])
+    crate::loghash::key_hash(key.key.as_str())
+}
+
+/// The principal for logs: its keyed hash ([`crate::loghash::principal_hash`]).
+pub fn principal_hash(key: &ScopedKey) -> String {
+    crate::loghash::principal_hash(&key.principal)
 }

@@ -12,9 +12,23 @@ use crate::config::{Config, Validated};
 #[derive(Debug, Parser)]
 #[command(name = "idemgate", version, about)]
 pub struct Cli {
+    /// Log line format on stderr: `text` or `json` (one JSON object per line). Levels and
+    /// targets come from `RUST_LOG` (default `info`; `idemgate::access=off` drops the
+    /// access log).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// tracing-subscriber's JSON lines: `timestamp`, `level`, `target`, `fields`.
+    Json,
 }
 
 /// Subcommands.
@@ -106,6 +120,11 @@ impl ServeArgs {
         set(&mut config.admin_listen, &self.admin_listen);
         set(&mut config.upstream, &self.upstream);
         set(&mut config.store, &self.store);
+        if let Some(secret) = std::env::var_os("IDEMGATE_LOG_HASH_KEY") {
+            config.log_hash_key = secret
+                .into_string()
+                .map_err(|_| anyhow::anyhow!("IDEMGATE_LOG_HASH_KEY: must be UTF-8"))?;
+        }
         validated(config)
     }
 }

@@ -69,6 +69,10 @@ pub struct Config {
     /// How often the gateway refreshes the store gauges on `/metrics`; `"0s"` disables.
     /// Default `15s`.
     pub gauges_interval: String,
+    /// Secret (at least 16 bytes) of the keyed hashes that stand for keys and principals in
+    /// logs; the environment variable `IDEMGATE_LOG_HASH_KEY` overrides it. Empty: a random
+    /// secret per process. Default empty.
+    pub log_hash_key: String,
     /// Route policy for every covered request, unless a route overrides it.
     pub defaults: RouteConfig,
     /// Per-route policies; fields left out inherit `[defaults]`.
@@ -100,6 +104,7 @@ impl Default for Config {
             purge_interval: "60s".into(),
             purge_batch: 1000,
             gauges_interval: "15s".into(),
+            log_hash_key: String::new(),
             defaults: RouteConfig::builtin(),
             routes: Vec::new(),
             jwt: None,
@@ -136,6 +141,8 @@ pub struct Validated {
     pub gauges_interval: Option<Duration>,
     /// The layer's policy.
     pub policy: Policy,
+    /// The log hash secret, if configured.
+    pub log_hash_key: Option<String>,
 }
 
 impl Config {
@@ -211,6 +218,12 @@ impl Config {
         }
         let gauges_interval =
             duration("gauges_interval", &self.gauges_interval, &mut errs).filter(|d| !d.is_zero());
+        let min = idemgate_core::loghash::MIN_SECRET_BYTES;
+        if (1..min).contains(&self.log_hash_key.len()) {
+            errs.push(format!(
+                "log_hash_key: must be at least {min} bytes, or empty"
+            ));
+        }
         let header_name = HeaderName::from_bytes(self.header_name.as_bytes())
             .map_err(|_| {
                 errs.push(format!(
@@ -299,6 +312,7 @@ impl Config {
                 purge_batch,
                 gauges_interval,
                 policy,
+                log_hash_key: (!self.log_hash_key.is_empty()).then(|| self.log_hash_key.clone()),
             }),
             _ => Err(errs),
         }

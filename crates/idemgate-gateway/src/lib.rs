@@ -9,7 +9,7 @@
 //!   (`idemgate purge` and `serve`'s) and its progress; [`proxy`]: the upstream client;
 //!   [`linger`]: lingering close, so early answers reach clients still sending.
 //! - [`store`]: the backend chosen at run time; [`gauges`]: its gauges on `/metrics`;
-//!   [`admin`]: `inspect`, `release`, `stats`.
+//!   [`admin`]: `inspect`, `release`, `stats`; [`telemetry`]: the metrics exporter.
 //! - [`payments`] and [`demo`]: the example payments API and the incident replay.
 
 pub mod admin;
@@ -23,6 +23,7 @@ pub mod proxy;
 pub mod purge;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 
 use anyhow::Context;
 use clap::Parser;
@@ -37,14 +38,17 @@ pub async fn main() -> std::process::ExitCode {
         Command::Demo => "error",
         _ => "info",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_level.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| default_level.into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        cli::LogFormat::Json => logs.json().init(),
+        cli::LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     match dispatch(cli.command).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -62,6 +66,10 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => {
             let config = args.resolve()?;
+            if let Some(secret) = &config.log_hash_key {
+                idemgate_core::loghash::set_secret(secret.as_bytes())
+                    .map_err(|e| anyhow::anyhow!("log_hash_key: {e}"))?;
+            }
             server::prometheus();
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::error_handling::HandleError;
@@ -17,7 +17,7 @@ use idemgate_core::{BoxError, IdempotencyStore};
 use idemgate_tower::body::BoxBody;
 use idemgate_tower::rejection::problem;
 use idemgate_tower::{IdempotencyLayer, NotSent};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower::Layer;
@@ -196,12 +196,9 @@ async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {
     }
 }
 
-/// The Prometheus recorder, installed once per process.
+/// The Prometheus recorder, installed once per process (see [`crate::telemetry`]).
 pub fn prometheus() -> Option<&'static PrometheusHandle> {
-    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
-        .as_ref()
+    crate::telemetry::prometheus()
 }
 
 async fn metrics_text() -> impl IntoResponse {

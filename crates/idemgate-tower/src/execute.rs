@@ -9,11 +9,12 @@ use http::response::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body;
 use idemgate_core::integrity::check_storable;
-use idemgate_core::lifecycle::{Answer, Begin, Holder, Outcome};
+use idemgate_core::lifecycle::{hash_key, principal_hash, Answer, Begin, Holder, Outcome};
 use idemgate_core::{
     BoxError, Fingerprint, IdempotencyStore, Lifecycle, ScopedKey, StoredResponse,
 };
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::admission::content_length;
 use crate::body::{boxed, buffer_up_to, chain, full, BoxBody, Buffered};
@@ -21,6 +22,7 @@ use crate::fingerprint::FingerprintJob;
 use crate::headers::{headers_to_store, replay, IDEMPOTENT_TAKEOVER};
 use crate::lease::{not_sent, LeaseHandle};
 use crate::limits::Ticket;
+use crate::metrics::RouteMetrics;
 use crate::policy::{Policy, RoutePolicy, StatusAction};
 use crate::rejection::IdempotencyRejection;
 use crate::service::pass_through;
@@ -28,7 +30,8 @@ use crate::service::pass_through;
 /// Everything about a covered request that the detached task needs.
 pub(crate) struct Covered {
     pub(crate) scope: ScopedKey,
-    pub(crate) label: String,
+    /// The route label's metric handles (its label is the template, for logs too).
+    pub(crate) meters: Arc<RouteMetrics>,
     pub(crate) fingerprint: Fingerprint,
     /// What the fingerprint read, to compute it again for a record of another algorithm
     /// version.
@@ -40,13 +43,25 @@ pub(crate) struct Covered {
 }
 
 impl Covered {
-    fn reject(&self, r: IdempotencyRejection) -> Response<BoxBody> {
-        rejection(&self.label, &self.policy.problem_type_base, r)
+    fn reject(&self, r: IdempotencyRejection) -> (&'static str, Response<BoxBody>) {
+        rejection(&self.meters, &self.policy.problem_type_base, r)
+    }
+
+    fn label(&self) -> &str {
+        self.meters.route()
+    }
+
+    /// Logs at `warn` that this request's key is now failed (retries get `500`).
+    fn failed(&self, why: &str) {
+        tracing::warn!(route = %self.label(), key = %hash_key(&self.scope), principal = %principal_hash(&self.scope), why, "key failed: the operation may have run; retries get previous-attempt-failed");
     }
 }
 
+/// The outcome label of a request and its answer.
+pub(crate) type Answered<E> = (&'static str, Result<Response<BoxBody>, E>);
+
 /// Where the client's answer goes.
-type Reply<E> = oneshot::Sender<Result<Response<BoxBody>, E>>;
+type Reply<E> = oneshot::Sender<Answered<E>>;
 
 /// Steps 4 and 5, in the detached task: begin, then run and record, or answer.
 pub(crate) async fn run<S, St, ResB>(
@@ -83,32 +98,41 @@ pub(crate) async fn run<S, St, ResB>(
             } else {
                 "acquired"
             };
-            count(&covered.label, outcome);
-            return execute(inner, &lifecycle, &covered, holder, request, reply).await;
+            covered.meters.count(outcome);
+            return execute(
+                inner,
+                &lifecycle,
+                &covered,
+                holder,
+                request,
+                (outcome, reply),
+            )
+            .await;
         }
         Begin::Answer(Answer::Unavailable(_) | Answer::Overloaded) if rp.fail_open => {
-            tracing::warn!(route = %covered.label, "store unavailable; forwarding unrecorded (fail_open)");
-            count(&covered.label, "fail_open");
-            let _ = reply.send(pass_through(inner, request).await);
+            tracing::warn!(route = %covered.label(), "store unavailable; forwarding unrecorded (fail_open)");
+            covered.meters.count("fail_open");
+            let answer = pass_through(inner, request, &covered.meters).await;
+            let _ = reply.send(("fail_open", answer));
             return;
         }
         Begin::Answer(a) => a,
     };
     covered.ticket.settle(&answer);
-    let response = match answer {
+    let (outcome, response) = match answer {
         Answer::Replay(stored) => match replay(&stored) {
             Ok(r) => {
-                count(&covered.label, "replayed");
-                r
+                covered.meters.count("replayed");
+                ("replayed", r)
             }
             Err(e) => {
-                tracing::error!(route = %covered.label, error = %e, "stored response cannot be replayed");
+                tracing::error!(route = %covered.label(), key = %hash_key(&covered.scope), principal = %principal_hash(&covered.scope), error = %e, "stored response cannot be replayed");
                 covered.reject(IdempotencyRejection::RecordCorrupt)
             }
         },
         other => covered.reject(rejection_for(other, rp)),
     };
-    let _ = reply.send(Ok(response));
+    let _ = reply.send((outcome, Ok(response)));
 }
 
 /// The problem answer for a lifecycle answer other than a replay.
@@ -146,7 +170,7 @@ async fn execute<S, St, ResB>(
     covered: &Covered,
     holder: Holder,
     mut request: Request<BoxBody>,
-    reply: Reply<S::Error>,
+    (tag, reply): (&'static str, Reply<S::Error>),
 ) where
     S: tower::Service<Request<BoxBody>, Response = Response<ResB>>,
     S::Error: 'static,
@@ -163,7 +187,12 @@ async fn execute<S, St, ResB>(
     }
     let cap = rp.max_stored_response_bytes;
     let forwarded = lifecycle.hold(&holder, async {
-        let (parts, body) = inner.call(request).await?.into_parts();
+        let started = Instant::now();
+        let called = inner.call(request).await;
+        covered
+            .meters
+            .upstream(called.as_ref().ok().map(Response::status), started);
+        let (parts, body) = called?.into_parts();
         let body = boxed(body);
         // A `304` is kept as not replayable: it has no body and answers a conditional
         // `GET`/`HEAD` only (RFC 9110 §15.4.5), so it is never replayed.
@@ -180,20 +209,33 @@ async fn execute<S, St, ResB>(
     let (parts, received) = match forwarded.await {
         Ok((parts, received)) if handle.is_completed() => {
             let (_, answer) = record(covered, parts, received);
-            return drop(reply.send(Ok(answer)));
+            return drop(reply.send((tag, Ok(answer))));
         }
-        Err(e) if handle.is_completed() => return drop(reply.send(Err(e))),
+        Err(e) if handle.is_completed() => return drop(reply.send(("upstream_error", Err(e)))),
         Ok(forwarded) => forwarded,
         Err(e) => {
             let outcome = match not_sent(&e) {
                 true => Outcome::Release,
-                false => Outcome::Fail,
+                false => {
+                    covered.failed("the upstream call failed after the request was sent");
+                    Outcome::Fail
+                }
             };
-            return settle(lifecycle, &holder, outcome, reply, Err(e)).await;
+            return settle(
+                lifecycle,
+                &holder,
+                outcome,
+                reply,
+                ("upstream_error", Err(e)),
+            )
+            .await;
         }
     };
     let (outcome, answer) = record(covered, parts, received);
-    settle(lifecycle, &holder, outcome, reply, Ok(answer)).await
+    if matches!(outcome, Outcome::Fail) {
+        covered.failed("the upstream's status is in fail_statuses, or its response broke off");
+    }
+    settle(lifecycle, &holder, outcome, reply, (tag, Ok(answer))).await
 }
 
 /// The outcome to record for what the upstream sent, by the route's status rules, and the
@@ -206,7 +248,7 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
         body,
         replayable,
     };
-    let keep = |body: Bytes, replayable: bool| storable(&covered.label, stored(body, replayable));
+    let keep = |body: Bytes, replayable: bool| storable(covered.label(), stored(body, replayable));
     let (outcome, body) = match (rp.action_for(parts.status), received) {
         (StatusAction::Release, r) => (Outcome::Release, unbuffered(r)),
         (StatusAction::Fail, r) => (Outcome::Fail, unbuffered(r)),
@@ -218,7 +260,7 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
             (keep(Bytes::new(), false), chain(prefix, rest))
         }
         (StatusAction::Store, Received::Buffered(Buffered::Failed(e))) => {
-            tracing::warn!(error = %e, route = %covered.label, "upstream response broke off; failing the record");
+            tracing::warn!(error = %e, route = %covered.label(), "upstream response broke off; failing the record");
             let broke = IdempotencyRejection::UpstreamResponseFailed;
             return (
                 Outcome::Fail,
@@ -291,14 +333,15 @@ fn is_streaming(headers: &HeaderMap) -> bool {
         })
 }
 
-/// The problem response for `r`, counted under `route`.
+/// The problem response for `r` and its outcome label, counted under `meters`.
 pub(crate) fn rejection(
-    route: &str,
+    meters: &RouteMetrics,
     type_base: &str,
     r: IdempotencyRejection,
-) -> Response<BoxBody> {
-    count(route, outcome_label(&r));
-    r.into_response(type_base)
+) -> (&'static str, Response<BoxBody>) {
+    let outcome = outcome_label(&r);
+    meters.count(outcome);
+    (outcome, r.into_response(type_base))
 }
 
 fn outcome_label(r: &IdempotencyRejection) -> &'static str {
@@ -313,12 +356,6 @@ fn outcome_label(r: &IdempotencyRejection) -> &'static str {
         IdempotencyRejection::PrincipalLimited { .. } => "limited",
         _ => "rejected",
     }
-}
-
-/// Counts one request under `idempotency_requests_total{outcome, route}`.
-pub(crate) fn count(route: &str, outcome: &'static str) {
-    metrics::counter!("idempotency_requests_total", "outcome" => outcome, "route" => route.to_owned())
-        .increment(1);
 }
 
 #[cfg(test)]

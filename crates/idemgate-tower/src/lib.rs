@@ -5,6 +5,7 @@
 //! See [`IdempotencyLayer`] for an example and [`Idempotency`] for what happens to each
 //! request, and `docs/errors.md` for every answer the layer gives itself.
 
+pub mod access;
 mod admission;
 pub mod body;
 mod execute;
@@ -14,6 +15,7 @@ pub mod jwt;
 mod layer;
 mod lease;
 pub mod limits;
+pub mod metrics;
 pub mod policy;
 pub mod rejection;
 mod service;

@@ -11,16 +11,19 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemgate_core::fingerprint::CURRENT_VERSION;
 use idemgate_core::key::parse_header_values_with;
 use idemgate_core::{BoxError, IdempotencyStore, Lifecycle, ScopedKey};
+use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tower::Service;
 
+use crate::access::Access;
 use crate::admission::{content_length, principal_of};
 use crate::body::{boxed, full, BoxBody};
-use crate::execute::{count, rejection, run, Covered};
+use crate::execute::{rejection, run, Answered, Covered};
 use crate::fingerprint::FingerprintJob;
 use crate::headers::{IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};
 use crate::limits::Limiter;
-use crate::policy::Policy;
+use crate::metrics::{Meters, RouteMetrics};
+use crate::policy::{Policy, Resolved};
 use crate::rejection::IdempotencyRejection;
 
 /// The idempotency middleware. For each request:
@@ -57,6 +60,7 @@ pub struct Idempotency<S, St> {
     policy: Arc<Policy>,
     tasks: TaskTracker,
     limiter: Arc<Limiter>,
+    meters: Arc<Meters>,
 }
 
 impl<S: Clone, St> Clone for Idempotency<S, St> {
@@ -67,6 +71,7 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
             policy: self.policy.clone(),
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
+            meters: self.meters.clone(),
         }
     }
 }
@@ -91,6 +96,7 @@ impl<S, St> Idempotency<S, St> {
         Self {
             inner,
             lifecycle,
+            meters: Arc::new(Meters::for_policy(&policy)),
             policy,
             tasks,
             limiter: Arc::default(),
@@ -143,23 +149,31 @@ where
         // this call and leave the clone for the next poll_ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(handle(
-            inner,
-            self.lifecycle.clone(),
-            self.policy.clone(),
-            self.tasks.clone(),
-            self.limiter.clone(),
-            req,
-        ))
+        let ctx = Ctx {
+            lifecycle: self.lifecycle.clone(),
+            policy: self.policy.clone(),
+            tasks: self.tasks.clone(),
+            limiter: self.limiter.clone(),
+            meters: self.meters.clone(),
+        };
+        Box::pin(handle(inner, ctx, req))
     }
 }
 
-async fn handle<S, St, B, ResB>(
-    inner: S,
+/// What a request shares with the service.
+struct Ctx<St> {
     lifecycle: Lifecycle<St>,
     policy: Arc<Policy>,
     tasks: TaskTracker,
     limiter: Arc<Limiter>,
+    meters: Arc<Meters>,
+}
+
+/// Steps 1 to 5 of [`Idempotency`], with the access log line and the duration of covered
+/// requests.
+async fn handle<S, St, B, ResB>(
+    inner: S,
+    ctx: Ctx<St>,
     mut req: Request<B>,
 ) -> Result<Response<BoxBody>, S::Error>
 where
@@ -172,13 +186,42 @@ where
     B::Error: Into<BoxError>,
     St: IdempotencyStore,
 {
+    let started = Instant::now();
     // Reserved: only idemgate says a request is a takeover; never trusted from clients.
     req.headers_mut().remove(IDEMPOTENT_TAKEOVER);
-    let Some(resolved) = policy.resolve(req.method(), req.uri().path()) else {
-        return pass_through(inner, req).await;
+    let Some(resolved) = ctx.policy.resolve(req.method(), req.uri().path()) else {
+        return pass_through(inner, req, ctx.meters.uncovered()).await;
     };
-    let label = resolved.label;
-    let reject = |r| Ok(rejection(label, &policy.problem_type_base, r));
+    let meters = ctx.meters.route(resolved.label).clone();
+    let mut access = Access::start(&meters, started);
+    let answered = admit(inner, &ctx, resolved, &meters, &mut access, req).await;
+    access.finish(&answered);
+    answered.1
+}
+
+async fn admit<S, St, B, ResB>(
+    inner: S,
+    ctx: &Ctx<St>,
+    resolved: Resolved<'_>,
+    meters: &Arc<RouteMetrics>,
+    access: &mut Access<'_>,
+    req: Request<B>,
+) -> Answered<S::Error>
+where
+    S: Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    St: IdempotencyStore,
+{
+    let policy = &ctx.policy;
+    let reject = |r| {
+        let (outcome, response) = rejection(meters, &policy.problem_type_base, r);
+        (outcome, Ok(response))
+    };
     let (min, max) = policy.key_len;
     let values = req.headers().get_all(&policy.header_name);
     let key = match parse_header_values_with(values.iter().map(|v| v.as_bytes()), min, max) {
@@ -189,11 +232,12 @@ where
             })
         }
         Ok(None) => {
-            count(label, "bypassed");
-            return pass_through(inner, req).await;
+            meters.count("bypassed");
+            return ("bypassed", pass_through(inner, req, meters).await);
         }
         Ok(Some(key)) => key,
     };
+    access.key(key.as_str());
     let rp = resolved.policy.clone();
     let principal = match principal_of(req.headers(), &rp.principal) {
         Ok(Some(p)) => p,
@@ -201,8 +245,9 @@ where
         Ok(None) => return reject(IdempotencyRejection::MissingPrincipal),
         Err(refused) => return reject(refused),
     };
+    access.principal(&principal);
 
-    let ticket = match limiter.admit(&rp.limits, label, &principal) {
+    let ticket = match ctx.limiter.admit(&rp.limits, resolved.label, &principal) {
         Ok(ticket) => ticket,
         Err(limited) => return reject(limited.into()),
     };
@@ -238,7 +283,7 @@ where
             route: resolved.route.into_owned(),
             key,
         },
-        label: label.to_owned(),
+        meters: meters.clone(),
         fingerprint,
         job,
         policy: policy.clone(),
@@ -247,16 +292,19 @@ where
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let request = Request::from_parts(parts, full(bytes));
-    tasks.spawn(run(inner, lifecycle, covered, request, tx));
+    let lifecycle = ctx.lifecycle.clone();
+    ctx.tasks.spawn(run(inner, lifecycle, covered, request, tx));
     match rx.await {
-        Ok(result) => result,
+        Ok(answered) => answered,
         Err(_) => reject(IdempotencyRejection::Internal),
     }
 }
 
+/// Forwards `req` untouched, counting the upstream's answer under `meters`.
 pub(crate) async fn pass_through<S, B, ResB>(
     mut inner: S,
     req: Request<B>,
+    meters: &RouteMetrics,
 ) -> Result<Response<BoxBody>, S::Error>
 where
     S: Service<Request<BoxBody>, Response = Response<ResB>>,
@@ -265,6 +313,8 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let resp = inner.call(req.map(boxed)).await?;
-    Ok(resp.map(boxed))
+    let started = Instant::now();
+    let called = inner.call(req.map(boxed)).await;
+    meters.upstream(called.as_ref().ok().map(Response::status), started);
+    Ok(called?.map(boxed))
 }

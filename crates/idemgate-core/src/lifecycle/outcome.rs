@@ -76,7 +76,7 @@ impl<St: IdempotencyStore> PendingOutcome<'_, St> {
 
 fn lease_lost(lease: &Lease, outcome: &Outcome) -> Finished {
     metrics::counter!("idempotency_lease_lost_total").increment(1);
-    tracing::warn!(op = outcome.name(), route = %lease.key.route, "outcome refused: the lease is no longer held");
+    tracing::warn!(op = outcome.name(), route = %lease.key.route, key = %super::hash_key(&lease.key), principal = %super::principal_hash(&lease.key), "outcome refused: the lease is no longer held");
     Finished::LeaseLost
 }
 
@@ -224,7 +224,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                     Ok(_) => wait = ttl / 3,
                     Err(StoreError::LeaseLost) => {
                         metrics::counter!("idempotency_lease_lost_total").increment(1);
-                        tracing::warn!(route = %holder.lease.key.route, "lease lost while the operation ran");
+                        tracing::warn!(route = %holder.lease.key.route, key = %super::hash_key(&holder.lease.key), principal = %super::principal_hash(&holder.lease.key), "lease lost while the operation ran");
                         return std::future::pending().await;
                     }
                     Err(e) => {

@@ -12,6 +12,7 @@ mod failures;
 mod faults;
 mod fingerprint;
 mod limits;
+mod observability;
 mod postgres;
 mod principal;
 mod purge;

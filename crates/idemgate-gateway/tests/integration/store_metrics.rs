@@ -203,11 +203,12 @@ async fn redis_gauges_follow_traffic() {
     gauges_follow_traffic(t, true).await;
 }
 
-/// Every metric an alert rule in docs/alerts.yml uses is one the code sets.
+/// Every metric an alert rule in deploy/prometheus/idemgate.rules.yml uses is one the code sets.
 #[test]
 fn every_alert_uses_a_metric_the_code_sets() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let alerts = std::fs::read_to_string(format!("{root}/docs/alerts.yml")).unwrap();
+    let alerts =
+        std::fs::read_to_string(format!("{root}/deploy/prometheus/idemgate.rules.yml")).unwrap();
     let mut sources = String::new();
     let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(format!("{root}/crates"))
         .unwrap()
@@ -233,7 +234,7 @@ fn every_alert_uses_a_metric_the_code_sets() {
     for name in names {
         assert!(
             sources.contains(&format!("\"{name}\"")),
-            "docs/alerts.yml uses `{name}`, which no crate sets"
+            "deploy/prometheus/idemgate.rules.yml uses `{name}`, which no crate sets"
         );
     }
 }

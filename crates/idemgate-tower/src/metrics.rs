@@ -1,0 +1,231 @@
+//! The layer's metrics, through the [`metrics`] facade: what each is ([`describe`]) and the
+//! per-route handles the hot path uses ([`RouteMetrics`]).
+//!
+//! Labels are the route template (`POST /payments/{id}`, `(unmatched)` for a covered
+//! request that matches no route, `(uncovered)` for a method the layer does not cover) and a
+//! fixed outcome or status class: never a key, a principal or a raw path, so the number of
+//! series is bounded by the configuration.
+//!
+//! Handles are resolved against the recorder installed when the layer is built (install the
+//! recorder first) and once per (route, outcome): a request allocates no label vector.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Counter, Histogram, Unit};
+use tokio::time::Instant;
+
+use crate::policy::Policy;
+
+/// The route label of requests whose method the layer does not cover.
+pub const UNCOVERED: &str = "(uncovered)";
+/// The route label of covered requests that match no configured route.
+pub const UNMATCHED: &str = "(unmatched)";
+
+/// Every value of the `outcome` label of `idempotency_requests_total` and
+/// `idempotency_request_duration_seconds`.
+pub const OUTCOMES: [&str; 16] = [
+    "acquired",
+    "takeover",
+    "replayed",
+    "conflict",
+    "mismatch",
+    "previous_failed",
+    "not_kept",
+    "outcome_unknown",
+    "record_corrupt",
+    "store_unavailable",
+    "fail_open",
+    "bypassed",
+    "limited",
+    "rejected",
+    "upstream_error",
+    "client_gone",
+];
+
+/// Every value of the `class` label of `idempotency_upstream_responses_total`: the status
+/// class (RFC 9110 §15), or `error` when the upstream call failed without a response.
+pub const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
+
+/// Upper bounds (seconds) of the latency histograms' buckets, for exporters that need them
+/// (the gateway configures its Prometheus exporter with these): 1 ms to 30 s.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Describes (HELP text and unit) every metric of the layer and of the core lifecycle.
+/// Call it once after installing the recorder.
+pub fn describe() {
+    describe_counter!("idempotency_requests_total", "Covered requests by route template and outcome (acquired, takeover, replayed, conflict, mismatch, ...).");
+    describe_histogram!("idempotency_request_duration_seconds", Unit::Seconds, "Time from a covered request's arrival to its response head, by route template and outcome.");
+    describe_histogram!(
+        "idempotency_upstream_duration_seconds",
+        Unit::Seconds,
+        "Time the upstream took to send response headers (or to fail), by route template."
+    );
+    describe_counter!("idempotency_upstream_responses_total", "Upstream answers by route template and status class (1xx..5xx, or error when no response came).");
+    describe_histogram!("idempotency_store_duration_seconds", Unit::Seconds, "Duration of store calls made by the lifecycle, by operation and backend (timeouts count at the deadline).");
+    describe_counter!("idempotency_takeovers_total", "Expired leases taken over by a retry (routes with lease_expired = \"takeover\"); the operation runs again.");
+    describe_counter!(
+        "idempotency_lease_lost_total",
+        "Holders that lost their lease while their operation ran or before its outcome landed."
+    );
+    describe_counter!(
+        "idempotency_outcome_unknown_total",
+        "Retries answered outcome-unknown: a lease lapsed before its outcome was written."
+    );
+    describe_counter!(
+        "idempotency_record_corrupt_total",
+        "Stored records that failed validation and were not replayed, by backend."
+    );
+    describe_counter!(
+        "idempotency_outcome_retries_total",
+        "Outcome writes retried after a store failure."
+    );
+    describe_counter!(
+        "idempotency_outcome_abandoned_total",
+        "Outcome writes that never landed, by reason (ttl, shutdown)."
+    );
+    describe_gauge!(
+        "idempotency_pending_outcomes",
+        "Outcome writes not yet landed (being retried)."
+    );
+    describe_counter!(
+        "idempotency_reclaimed_total",
+        "Records of inserts whose answer was lost, released again."
+    );
+    describe_counter!("idempotency_reclaim_skipped_total", "Inserts whose answer was lost that were too many to follow up (a record may stay in progress).");
+    describe_counter!(
+        "idempotency_limited_total",
+        "Requests refused by a per-principal limit, by route template and limit."
+    );
+    describe_counter!(
+        "idempotency_limit_table_full_total",
+        "Requests refused because the per-principal limit table was full."
+    );
+}
+
+/// The handles of one route label, resolved once each.
+#[derive(Debug)]
+pub struct RouteMetrics {
+    route: Arc<str>,
+    requests: [OnceLock<Counter>; OUTCOMES.len()],
+    durations: [OnceLock<Histogram>; OUTCOMES.len()],
+    upstream: [OnceLock<Counter>; STATUS_CLASSES.len()],
+    upstream_duration: OnceLock<Histogram>,
+}
+
+impl RouteMetrics {
+    /// The handles for route label `route`.
+    pub fn new(route: &str) -> Self {
+        Self {
+            route: route.into(),
+            requests: Default::default(),
+            durations: Default::default(),
+            upstream: Default::default(),
+            upstream_duration: OnceLock::new(),
+        }
+    }
+
+    /// The route label.
+    pub fn route(&self) -> &str {
+        &self.route
+    }
+
+    /// Counts one request with `outcome` (one of [`OUTCOMES`]; any other counts as
+    /// `rejected`).
+    pub fn count(&self, outcome: &'static str) {
+        let i = outcome_index(outcome);
+        self.requests[i]
+            .get_or_init(|| {
+                metrics::counter!("idempotency_requests_total", "route" => self.route.to_string(), "outcome" => OUTCOMES[i])
+            })
+            .increment(1);
+    }
+
+    /// Records how long a request with `outcome` took until its response head.
+    pub fn request_took(&self, outcome: &'static str, started: Instant) {
+        let i = outcome_index(outcome);
+        self.durations[i]
+            .get_or_init(|| {
+                metrics::histogram!("idempotency_request_duration_seconds", "route" => self.route.to_string(), "outcome" => OUTCOMES[i])
+            })
+            .record(started.elapsed().as_secs_f64());
+    }
+
+    /// Records one upstream call that started at `started` and answered `status` (`None`:
+    /// it failed without a response).
+    pub fn upstream(&self, status: Option<http::StatusCode>, started: Instant) {
+        self.upstream_duration
+            .get_or_init(|| {
+                metrics::histogram!("idempotency_upstream_duration_seconds", "route" => self.route.to_string())
+            })
+            .record(started.elapsed().as_secs_f64());
+        let i = match status.map(|s| s.as_u16() / 100) {
+            Some(c @ 1..=5) => usize::from(c) - 1,
+            _ => STATUS_CLASSES.len() - 1,
+        };
+        self.upstream[i]
+            .get_or_init(|| {
+                metrics::counter!("idempotency_upstream_responses_total", "route" => self.route.to_string(), "class" => STATUS_CLASSES[i])
+            })
+            .increment(1);
+    }
+}
+
+fn outcome_index(outcome: &str) -> usize {
+    OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(13)
+}
+
+/// The [`RouteMetrics`] of every route label of one policy.
+#[derive(Debug)]
+pub(crate) struct Meters {
+    routes: HashMap<String, Arc<RouteMetrics>>,
+    unmatched: Arc<RouteMetrics>,
+    uncovered: Arc<RouteMetrics>,
+}
+
+impl Meters {
+    pub(crate) fn for_policy(policy: &Policy) -> Self {
+        let routes = policy
+            .routes()
+            .map(|(r, _)| (r.to_owned(), Arc::new(RouteMetrics::new(r))))
+            .collect();
+        Self {
+            routes,
+            unmatched: Arc::new(RouteMetrics::new(UNMATCHED)),
+            uncovered: Arc::new(RouteMetrics::new(UNCOVERED)),
+        }
+    }
+
+    /// The handles of route label `label` (from [`Policy::resolve`]).
+    pub(crate) fn route(&self, label: &str) -> &Arc<RouteMetrics> {
+        self.routes.get(label).unwrap_or(&self.unmatched)
+    }
+
+    pub(crate) fn uncovered(&self) -> &Arc<RouteMetrics> {
+        &self.uncovered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_and_class_has_its_slot() {
+        assert_eq!(OUTCOMES[13], "rejected", "the fallback slot");
+        assert_eq!(outcome_index("no such outcome"), 13);
+        for (i, o) in OUTCOMES.iter().enumerate() {
+            assert_eq!(outcome_index(o), i);
+        }
+        let policy = Policy::default()
+            .with_route("POST /a/{id}", Default::default())
+            .unwrap();
+        let meters = Meters::for_policy(&policy);
+        assert_eq!(meters.route("POST /a/{id}").route(), "POST /a/{id}");
+        assert_eq!(meters.route(UNMATCHED).route(), UNMATCHED);
+        assert_eq!(meters.route("POST /elsewhere").route(), UNMATCHED);
+        assert_eq!(meters.uncovered().route(), UNCOVERED);
+    }
+}
