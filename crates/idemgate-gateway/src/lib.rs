@@ -7,17 +7,21 @@
 //! - [`cli`]: the command line; [`config`]: the TOML file and its validation.
 //! - [`server`]: the listeners and the purge task; [`proxy`]: the upstream client;
 //!   [`linger`]: lingering close, so early answers reach clients still sending.
-//! - [`store`]: the backend chosen at run time.
+//! - [`store`]: the backend chosen at run time; [`tls`]: rustls for the listener and
+//!   `https://` upstreams; [`reload`]: the configuration re-read on `SIGHUP`.
 //! - [`payments`] and [`demo`]: the example payments API and the incident replay.
 
 pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod linger;
+pub mod migrate;
 pub mod payments;
 pub mod proxy;
+pub mod reload;
 pub mod server;
 pub mod store;
+pub mod tls;
 
 use anyhow::Context;
 use clap::Parser;
@@ -65,7 +69,8 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 ),
                 None => None,
             };
-            server::run(config, listener, admin, shutdown_signal()).await
+            let resolve: reload::Resolve = Box::new(move || args.resolve());
+            server::run_reloading(config, listener, admin, shutdown_signal(), Some(resolve)).await
         }
         Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),
         Command::Purge(args) => {
@@ -80,10 +85,8 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate(args) => {
-            let (url, mut opts) = args.resolve()?;
-            opts.migrate = true;
-            store::AnyStore::open(&url, &opts).await?;
-            println!("store schema is up to date");
+            let (url, opts) = args.resolve()?;
+            println!("{}", migrate::run(&url, &opts).await?);
             Ok(())
         }
         Command::Demo => demo::run().await,
