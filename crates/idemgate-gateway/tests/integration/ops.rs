@@ -124,3 +124,24 @@ fn start_up_errors_name_the_store_without_its_password() {
     );
     assert!(!text.contains("s3cret"), "{text}");
 }
+
+#[test]
+fn the_release_binary_carries_no_debug_info_and_profiling_keeps_it() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml");
+    let manifest: toml::Table = toml::from_str(&std::fs::read_to_string(root).unwrap()).unwrap();
+    let profile = |name: &str| manifest["profile"][name].as_table().unwrap().clone();
+    let release = profile("release");
+    assert_eq!(release["debug"].as_bool(), Some(false), "{release:?}");
+    assert_eq!(release["strip"].as_bool(), Some(true), "{release:?}");
+    let profiling = profile("profiling");
+    assert_eq!(profiling["inherits"].as_str(), Some("release"));
+    assert_eq!(profiling["strip"].as_str(), Some("none"));
+    assert!(profiling["debug"].as_integer().unwrap_or(0) >= 1);
+    // The claim in the README is the one in the manifest.
+    let rust = manifest["workspace"]["package"]["rust-version"]
+        .as_str()
+        .unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    assert!(readme.contains(&format!("Rust {rust} or later")), "{rust}");
+}

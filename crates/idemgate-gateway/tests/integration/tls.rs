@@ -125,6 +125,10 @@ async fn clients_reach_the_gateway_over_tls() {
         .enable_http1()
         .build();
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    // A client that connects and never starts its handshake does not hold up the others.
+    let silent = tokio::net::TcpStream::connect(gw.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
     let k = key();
     let mut bodies = Vec::new();
     for _ in 0..2 {
@@ -144,6 +148,15 @@ async fn clients_reach_the_gateway_over_tls() {
     let plain = post(&gw.base, "/payments", Some(&key()), "{}").send().await;
     assert!(plain.is_err(), "{plain:?}");
     assert_eq!(up.count(), 1);
+    // Served while the silent client's handshake was still pending (not after it timed out
+    // and was closed).
+    let mut buf = [0u8; 1];
+    let pending = silent.try_read(&mut buf);
+    assert!(
+        matches!(&pending, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "{pending:?}"
+    );
+    drop(silent);
     gw.stop().await;
 }
 
