@@ -9,8 +9,14 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{Config, Validated};
 
 /// idemgate: makes retried POST/PATCH requests safe with Idempotency-Key.
+///
+/// The first request with a key runs once; its response is stored, and every retry with the
+/// same key gets that response without running the operation again. `serve` runs the
+/// gateway (a reverse proxy) in front of any HTTP API; the other commands check its
+/// configuration, create or upgrade the store's schema, purge expired records, and replay
+/// the incidents it exists for. Send SIGHUP to a running `serve` to reload its file.
 #[derive(Debug, Parser)]
-#[command(name = "idemgate", version, about)]
+#[command(name = "idemgate", version)]
 pub struct Cli {
     /// Log line format on stderr: `text` or `json` (one JSON object per line). Levels and
     /// targets come from `RUST_LOG` (default `info`; `idemgate::access=off` drops the
@@ -107,9 +113,9 @@ impl ServeArgs {
     /// # Errors
     /// Every problem found, one per line, each naming its field.
     pub fn resolve(&self) -> anyhow::Result<Validated> {
-        let mut config = match &self.config {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
+        let (mut config, file_errs) = match &self.config {
+            Some(path) => Config::load(path)?,
+            None => (Config::default(), Vec::new()),
         };
         let set = |field: &mut String, flag: &Option<String>| {
             if let Some(v) = flag {
@@ -125,7 +131,7 @@ impl ServeArgs {
                 .into_string()
                 .map_err(|_| anyhow::anyhow!("IDEMGATE_LOG_HASH_KEY: must be UTF-8"))?;
         }
-        validated(config)
+        validated_with(config, file_errs)
     }
 }
 
@@ -153,9 +159,28 @@ impl StoreArgs {
 /// # Errors
 /// Every problem found, one per line.
 pub fn validated(config: Config) -> anyhow::Result<Validated> {
-    config
-        .validate()
-        .map_err(|errs| anyhow::anyhow!("invalid configuration:\n  {}", errs.join("\n  ")))
+    validated_with(config, Vec::new())
+}
+
+/// [`validated`], reporting `file_errs` (unknown keys, type errors) with the value errors.
+///
+/// # Errors
+/// Every problem found, one per line.
+pub fn validated_with(config: Config, mut file_errs: Vec<String>) -> anyhow::Result<Validated> {
+    match config.validate() {
+        Ok(v) if file_errs.is_empty() => Ok(v),
+        Ok(_) => Err(anyhow::anyhow!(
+            "invalid configuration:\n  {}",
+            file_errs.join("\n  ")
+        )),
+        Err(errs) => {
+            file_errs.extend(errs);
+            Err(anyhow::anyhow!(
+                "invalid configuration:\n  {}",
+                file_errs.join("\n  ")
+            ))
+        }
+    }
 }
 
 /// `idemgate config check FILE`: every error, or "ok".
@@ -163,14 +188,13 @@ pub fn validated(config: Config) -> anyhow::Result<Validated> {
 /// # Errors
 /// The problems found.
 pub fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
-    let config = Config::from_file(file)?;
-    let mut config = config;
+    let (mut config, file_errs) = Config::load(file)?;
     if config.upstream.is_empty() {
         // The flag may supply it at start-up; check the rest.
         config.upstream = "http://upstream.invalid".into();
         println!("note: `upstream` is not set in the file; `--upstream` must give it");
     }
-    validated(config).with_context(|| format!("{}", file.display()))?;
+    validated_with(config, file_errs).with_context(|| format!("{}", file.display()))?;
     println!("{}: ok", file.display());
     Ok(())
 }

@@ -25,8 +25,17 @@ pub struct Config {
     /// Address of the admin listener (`/healthz`, `/readyz`, `/metrics`); empty disables it.
     /// Default `127.0.0.1:9090`.
     pub admin_listen: String,
-    /// Base URL of the API behind the gateway (`http://host:port[/prefix]`). Required.
+    /// Base URL of the API behind the gateway (`http://host:port[/prefix]` or `https://...`).
+    /// Required.
     pub upstream: String,
+    /// PEM file of the CA certificates trusted for an `https://` upstream, instead of the
+    /// system's roots. Default empty (system roots).
+    pub upstream_ca_file: String,
+    /// PEM certificate chain of the gateway listener; with `tls_key_file` the listener
+    /// serves HTTPS only. Default empty (plain HTTP).
+    pub tls_cert_file: String,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `tls_cert_file`. Default empty.
+    pub tls_key_file: String,
     /// Store URL: `sqlite://PATH` (default `sqlite://./idemgate.db`), `postgres://...`,
     /// `redis://...`, `redis+cluster://...` or `memory://`.
     pub store: String,
@@ -60,7 +69,8 @@ pub struct Config {
     pub key_min_length: usize,
     /// Longest key accepted, in characters. Default 128.
     pub key_max_length: usize,
-    /// Prefix of problem `type` URIs. Default: `docs/errors.md` in the repository.
+    /// Prefix of problem `type` URIs: ending in `:`, the anchor is appended (a URN), else
+    /// `#anchor` is (a documentation URL). Default `urn:idemgate:problem:`.
     pub problem_type_base: String,
     /// How often the gateway purges expired records; `"0s"` disables. Default `60s`.
     pub purge_interval: String,
@@ -87,6 +97,9 @@ impl Default for Config {
             listen: "127.0.0.1:8080".into(),
             admin_listen: "127.0.0.1:9090".into(),
             upstream: String::new(),
+            upstream_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
             store: "sqlite://./idemgate.db".into(),
             store_table: String::new(),
             store_key_prefix: String::new(),
@@ -143,6 +156,8 @@ pub struct Validated {
     pub policy: Policy,
     /// The log hash secret, if configured.
     pub log_hash_key: Option<String>,
+    /// Listener and upstream TLS.
+    pub tls: TlsSettings,
 }
 
 impl Config {
@@ -167,17 +182,27 @@ impl Config {
         Self::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     }
 
-    /// Parses TOML text: every unknown key is reported at once, then the first type error.
+    /// Reads a file leniently: see [`Config::from_toml_lenient`].
     ///
     /// # Errors
-    /// A message naming the offending keys.
+    /// The file cannot be read, or has a TOML syntax error (naming the file).
+    pub fn load(path: &Path) -> anyhow::Result<(Self, Vec<String>)> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        Self::from_toml_lenient(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Parses TOML text: every unknown key and every type error at once (see
+    /// [`Config::from_toml_lenient`]).
+    ///
+    /// # Errors
+    /// A message naming the offending keys, one per line.
     pub fn from_toml(text: &str) -> anyhow::Result<Self> {
-        let table: toml::Table = toml::from_str(text)?;
-        let unknown = unknown_keys(&table);
-        if !unknown.is_empty() {
-            anyhow::bail!("unknown keys: {}", unknown.join(", "));
+        let (config, errs) = Self::from_toml_lenient(text)?;
+        if !errs.is_empty() {
+            anyhow::bail!("{}", errs.join("\n  "));
         }
-        Ok(toml::from_str(text)?)
+        Ok(config)
     }
 
     /// Checks every value, returning all errors (each `field: problem`), not just the first.
@@ -200,6 +225,10 @@ impl Config {
             ));
         }
         let upstream = parse_upstream(&self.upstream, &mut errs);
+        let https = upstream
+            .as_ref()
+            .is_some_and(|u| u.scheme_str() == Some("https"));
+        let tls = self.tls(https, &mut errs);
         let store = StoreUrl::parse(&self.store)
             .map_err(|e| errs.push(format!("store: {e}")))
             .ok();
@@ -313,6 +342,7 @@ impl Config {
                 gauges_interval,
                 policy,
                 log_hash_key: (!self.log_hash_key.is_empty()).then(|| self.log_hash_key.clone()),
+                tls,
             }),
             _ => Err(errs),
         }
@@ -341,47 +371,6 @@ impl Config {
     }
 }
 
-/// Every key the file has that [`Config`] or [`RouteConfig`] does not know, by path. Each
-/// key is tried alone against the real types, so the lists cannot drift from them.
-fn unknown_keys(table: &toml::Table) -> Vec<String> {
-    fn unknown<T: serde::de::DeserializeOwned>(key: &str, value: &toml::Value) -> bool {
-        let mut one = toml::Table::new();
-        one.insert(key.to_owned(), value.clone());
-        let own = format!("unknown field `{key}`");
-        matches!(one.try_into::<T>(), Err(e) if e.message().contains(&own))
-    }
-    let mut found = Vec::new();
-    for (key, value) in table {
-        if unknown::<Config>(key, value) {
-            found.push(format!("`{key}`"));
-            continue;
-        }
-        let route_keys = |t: &toml::Table, at: &str, found: &mut Vec<String>| {
-            for (k, v) in t {
-                if unknown::<RouteConfig>(k, v) {
-                    found.push(format!("`{at}.{k}`"));
-                }
-            }
-        };
-        match (key.as_str(), value) {
-            ("defaults", toml::Value::Table(t)) => route_keys(t, "defaults", &mut found),
-            ("jwt", toml::Value::Table(t)) => {
-                let keys = t.iter().filter(|(k, v)| unknown::<JwtConfig>(k, v));
-                found.extend(keys.map(|(k, _)| format!("`jwt.{k}`")));
-            }
-            ("routes", toml::Value::Array(items)) => {
-                for (i, item) in items.iter().enumerate() {
-                    if let toml::Value::Table(t) = item {
-                        route_keys(t, &format!("routes[{i}]"), &mut found);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    found
-}
-
 fn parse_addr(field: &str, value: &str, errs: &mut Vec<String>) -> Option<SocketAddr> {
     value
         .parse()
@@ -399,14 +388,12 @@ fn parse_upstream(value: &str, errs: &mut Vec<String>) -> Option<http::Uri> {
         return None;
     }
     match value.parse::<http::Uri>() {
-        Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() => Some(u),
-        Ok(u) if u.scheme_str() == Some("https") => {
-            errs.push(format!("upstream: `{value}`: https upstreams are not supported yet; terminate TLS in front of the API or use http"));
-            None
+        Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some() => {
+            Some(u)
         }
         _ => {
             errs.push(format!(
-                "upstream: `{value}` is not an http://host:port URL"
+                "upstream: `{value}` is not an http://host:port or https://host:port URL"
             ));
             None
         }
@@ -424,10 +411,13 @@ fn duration(field: &str, value: &str, errs: &mut Vec<String>) -> Option<Duration
 }
 
 mod jwt;
+mod load;
 mod route;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 pub use jwt::JwtConfig;
 pub use route::RouteConfig;
 use route::{route_policy, Jwt};
+pub use tls::TlsSettings;

@@ -9,7 +9,9 @@
 //!   (`idemgate purge` and `serve`'s) and its progress; [`proxy`]: the upstream client;
 //!   [`linger`]: lingering close, so early answers reach clients still sending.
 //! - [`store`]: the backend chosen at run time; [`gauges`]: its gauges on `/metrics`;
-//!   [`admin`]: `inspect`, `release`, `stats`; [`telemetry`]: the metrics exporter.
+//!   [`admin`]: `inspect`, `release`, `stats`; [`telemetry`]: the metrics exporter; [`tls`]:
+//!   rustls for the listener and `https://` upstreams; [`reload`]: the configuration re-read on
+//!   `SIGHUP`.
 //! - [`payments`] and [`demo`]: the example payments API and the incident replay.
 
 pub mod admin;
@@ -18,12 +20,15 @@ pub mod config;
 pub mod demo;
 pub mod gauges;
 pub mod linger;
+pub mod migrate;
 pub mod payments;
 pub mod proxy;
 pub mod purge;
+pub mod reload;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 
 use anyhow::Context;
 use clap::Parser;
@@ -82,15 +87,14 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 ),
                 None => None,
             };
-            server::run(config, listener, admin, shutdown_signal()).await
+            let resolve: reload::Resolve = Box::new(move || args.resolve());
+            server::run_reloading(config, listener, admin, shutdown_signal(), Some(resolve)).await
         }
         Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),
         Command::Purge(args) => purge::command(args).await,
         Command::Migrate(args) => {
-            let (url, mut opts) = args.resolve()?;
-            opts.migrate = true;
-            store::AnyStore::open(&url, &opts).await?;
-            println!("store schema is up to date");
+            let (url, opts) = args.resolve()?;
+            println!("{}", migrate::run(&url, &opts).await?);
             Ok(())
         }
         Command::Inspect(args) => admin::inspect(args).await,

@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use http::header::{HeaderName, HeaderValue, HOST};
 use http::{HeaderMap, Request, Response, Uri};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -35,23 +36,43 @@ pub struct UpstreamHeadTooLarge(pub usize);
 /// A `tower::Service` that forwards requests to one upstream base URL.
 #[derive(Clone, Debug)]
 pub struct Proxy {
-    client: Client<HttpConnector, BoxBody>,
+    client: Client<HttpsConnector<HttpConnector>, BoxBody>,
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
     /// Shared: the proxy is cloned for every request.
     base_path: std::sync::Arc<str>,
     timeout: Duration,
     max_headers: usize,
+    forwarded_proto: HeaderValue,
 }
 
 impl Proxy {
     /// A proxy to `upstream` (`http://host:port[/prefix]`); `timeout` bounds the wait for
     /// response headers; a response with more than `max_headers` header fields (HTTP/1.1) is
-    /// an [`UpstreamHeadTooLarge`] error (hyper's default would be 100).
+    /// an [`UpstreamHeadTooLarge`] error (hyper's default would be 100). It trusts no TLS
+    /// root: for `https://` upstreams use [`Proxy::with_tls`].
     pub fn new(upstream: &Uri, timeout: Duration, max_headers: usize) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        Self::with_tls(upstream, timeout, max_headers, empty_roots())
+    }
+
+    /// [`Proxy::new`] for `http://` or `https://` upstreams, trusting the roots of `tls`
+    /// (see [`crate::tls::client_config`]). A failed TLS handshake is a connect error: nothing
+    /// was sent ([`NotSent`]).
+    pub fn with_tls(
+        upstream: &Uri,
+        timeout: Duration,
+        max_headers: usize,
+        tls: std::sync::Arc<rustls::ClientConfig>,
+    ) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(5)));
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*tls).clone())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(256)
@@ -70,7 +91,15 @@ impl Proxy {
             base_path: upstream.path().trim_end_matches('/').into(),
             timeout,
             max_headers,
+            forwarded_proto: HeaderValue::from_static("http"),
         }
+    }
+
+    /// The `X-Forwarded-Proto` sent upstream: `https` when the gateway listener serves TLS.
+    #[must_use]
+    pub fn forwarded_proto(mut self, https: bool) -> Self {
+        self.forwarded_proto = HeaderValue::from_static(if https { "https" } else { "http" });
+        self
     }
 
     fn upstream_uri(&self, uri: &Uri) -> Result<Uri, http::Error> {
@@ -87,6 +116,17 @@ impl Proxy {
             .path_and_query(path_and_query)
             .build()
     }
+}
+
+/// TLS settings that trust nothing (for `http://` upstreams).
+fn empty_roots() -> std::sync::Arc<rustls::ClientConfig> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    std::sync::Arc::new(config)
 }
 
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those `Connection` names.
@@ -141,7 +181,7 @@ impl tower::Service<Request<BoxBody>> for Proxy {
             if let Some(host) = headers.remove(HOST) {
                 headers.insert(X_FORWARDED_HOST, host);
             }
-            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            headers.insert(X_FORWARDED_PROTO, this.forwarded_proto.clone());
             if let Some(ConnectInfo(addr)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
                 let ip = addr.ip().to_string();
                 let value = match req

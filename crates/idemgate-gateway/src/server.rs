@@ -26,7 +26,9 @@ use crate::config::Validated;
 use crate::linger::{Linger, LingerListener};
 use crate::proxy::{Proxy, UpstreamHeadTooLarge, UpstreamTimeout};
 use crate::purge::{PurgeOptions, QuietProgress};
+use crate::reload::{self, Current, Resolve};
 use crate::store::AnyStore;
+use crate::tls::TlsListener;
 
 /// Serves the gateway on `listener` (and the admin endpoints on `admin`, if given) until
 /// `shutdown` resolves, then drains in-flight requests.
@@ -39,8 +41,23 @@ pub async fn run(
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    run_reloading(config, listener, admin, shutdown, None).await
+}
+
+/// [`run`], re-reading the configuration with `reload` on `SIGHUP` (see [`crate::reload`]).
+///
+/// # Errors
+/// When the store cannot be opened (the message names it, without credentials) or a
+/// listener fails.
+pub async fn run_reloading(
+    config: Validated,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    reload: Option<Resolve>,
+) -> anyhow::Result<()> {
     let store = Arc::new(AnyStore::open(&config.store, &config.store_options).await?);
-    run_with_store(config, store, listener, admin, shutdown).await
+    serve(config, store, listener, admin, shutdown, reload).await
 }
 
 /// [`run`] with a store opened by the caller.
@@ -54,6 +71,44 @@ pub async fn run_with_store(
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve(config, store, listener, admin, shutdown, None).await
+}
+
+/// The proxy behind the idempotency layer under `config`'s policy and upstream, as a router.
+fn gateway_app(layer: &IdempotencyLayer<AnyStore>, config: &Validated) -> Router {
+    let layer = layer.with_policy(config.policy.clone());
+    let proxy = match &config.tls.upstream {
+        Some(tls) => Proxy::with_tls(
+            &config.upstream,
+            config.upstream_timeout,
+            config.max_response_headers,
+            tls.clone(),
+        ),
+        None => Proxy::new(
+            &config.upstream,
+            config.upstream_timeout,
+            config.max_response_headers,
+        ),
+    };
+    let type_base = config.policy.problem_type_base.clone();
+    let service = HandleError::new(
+        layer.layer(proxy.forwarded_proto(config.tls.listener.is_some())),
+        move |e: BoxError| {
+            let type_base = type_base.clone();
+            async move { upstream_error(&type_base, &e) }
+        },
+    );
+    Router::new().fallback_service(service)
+}
+
+async fn serve(
+    config: Validated,
+    store: Arc<AnyStore>,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    reload: Option<Resolve>,
+) -> anyhow::Result<()> {
     prometheus();
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -63,19 +118,27 @@ pub async fn run_with_store(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let type_base = config.policy.problem_type_base.clone();
-    let layer = IdempotencyLayer::new(store.clone(), config.policy);
+    let layer = IdempotencyLayer::new(store.clone(), config.policy.clone());
     let detached = layer.detached_tasks().clone();
-    let proxy = layer.layer(Proxy::new(
-        &config.upstream,
-        config.upstream_timeout,
-        config.max_response_headers,
-    ));
-    let service = HandleError::new(proxy, move |e: BoxError| {
-        let type_base = type_base.clone();
-        async move { upstream_error(&type_base, &e) }
-    });
-    let app = Router::new().fallback_service(service);
+    let (app_tx, app_rx) = watch::channel(gateway_app(&layer, &config));
+    let app = Router::new().fallback_service(Current::new(app_rx));
+    // The longest upstream timeout any configuration had: the drain at shutdown waits that.
+    let longest_timeout = Arc::new(std::sync::Mutex::new(config.upstream_timeout));
+    if let Some(resolve) = reload {
+        let longest = longest_timeout.clone();
+        let apply = move |c: &Validated| {
+            if let Ok(mut t) = longest.lock() {
+                *t = (*t).max(c.upstream_timeout);
+            }
+            let _ = app_tx.send(gateway_app(&layer, c));
+        };
+        tokio::spawn(reload::on_sighup(
+            resolve,
+            config.clone(),
+            apply,
+            stop_rx.clone(),
+        ));
+    }
 
     if let Some(admin) = admin {
         let admin_app = Router::new()
@@ -114,6 +177,7 @@ pub async fn run_with_store(
     }
     tracing::info!(
         listen = %listener.local_addr()?,
+        tls = config.tls.listener.is_some(),
         upstream = %config.upstream,
         store = store.backend(),
         "idemgate gateway listening"
@@ -124,18 +188,30 @@ pub async fn run_with_store(
     let listener = LingerListener::new(listener, Linger::default()).tap_io(|tcp| {
         let _ = tcp.get_ref().set_nodelay(true);
     });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stopped(stop_rx))
-    .await?;
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    match &config.tls.listener {
+        Some(tls) => {
+            // `tap_io` gives the TLS listener axum's `ConnectInfo<SocketAddr>`.
+            let tls = TlsListener::new(listener, tls.clone()).tap_io(|_| {});
+            axum::serve(tls, app)
+                .with_graceful_shutdown(stopped(stop_rx))
+                .await?
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopped(stop_rx))
+                .await?
+        }
+    }
     // Operations whose clients left still run; let them finish and record their outcome
     // (bounded by the upstream timeout, plus 5 s for outcome writes that are still being
     // retried), or their retries would get `outcome-unknown`. A write cut off here is logged
     // and counted (`idempotency_outcome_abandoned_total{reason="shutdown"}`).
     detached.close();
-    let grace = config.upstream_timeout + Duration::from_secs(5);
+    let longest = longest_timeout
+        .lock()
+        .map_or(config.upstream_timeout, |t| *t);
+    let grace = longest + Duration::from_secs(5);
     if tokio::time::timeout(grace, detached.wait()).await.is_err() {
         tracing::warn!(
             pending = detached.len(),
@@ -181,12 +257,7 @@ async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {
         Ok(Ok(())) => (StatusCode::OK, "ready\n".to_owned()),
         Ok(Err(e)) => {
             // The whole chain: the store's own error says what is wrong (e.g. which file).
-            let mut why = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                why = format!("{why}: {s}");
-                source = s.source();
-            }
+            let why = crate::store::describe(&e);
             (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"))
         }
         Err(_) => (

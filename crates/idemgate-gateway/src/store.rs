@@ -108,24 +108,23 @@ impl AnyStore {
                     .with_context(|| format!("cannot open sqlite store {}", path.display()))?,
             ),
             StoreUrl::Postgres(url) => {
-                let mut store = PostgresStore::connect(url)
-                    .await
-                    .context("cannot connect to the postgres store")?;
+                let mut store = PostgresStore::connect(url).await.with_context(|| {
+                    format!("cannot connect to the postgres store {}", redact(url))
+                })?;
                 if let Some(table) = &opts.table {
                     store = store.with_table_name(table).context("store_table")?;
                 }
                 if opts.migrate {
-                    store
-                        .migrate()
-                        .await
-                        .context("cannot migrate the postgres store")?;
+                    store.migrate().await.with_context(|| {
+                        format!("cannot migrate the postgres store {}", redact(url))
+                    })?;
                 }
                 Self::Postgres(store)
             }
             StoreUrl::Redis(url) => {
-                let mut store = RedisStore::connect(url)
-                    .await
-                    .context("cannot connect to the redis store")?;
+                let mut store = RedisStore::connect(url).await.with_context(|| {
+                    format!("cannot connect to the redis store {}", redact(url))
+                })?;
                 if let Some(prefix) = &opts.key_prefix {
                     store = store.with_key_prefix(prefix).context("store_key_prefix")?;
                 }
@@ -144,6 +143,72 @@ impl AnyStore {
             }
         })
     }
+}
+
+/// `url` without credentials, for messages and logs: the password of the user part is
+/// removed (`postgres://app:secret@db/x` becomes `postgres://app@db/x`, also for each
+/// `user:pass@host` of a cluster list), and so is any query parameter whose name contains
+/// `pass` (libpq's `?password=`).
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let hosts: Vec<String> = authority
+        .split(',')
+        .map(|part| match part.rsplit_once('@') {
+            Some((user, host)) => {
+                let user = user.split(':').next().unwrap_or("");
+                if user.is_empty() {
+                    host.to_owned()
+                } else {
+                    format!("{user}@{host}")
+                }
+            }
+            None => part.to_owned(),
+        })
+        .collect();
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<&str> = query
+                .split('&')
+                .filter(|p| {
+                    !p.split('=')
+                        .next()
+                        .unwrap_or("")
+                        .to_ascii_lowercase()
+                        .contains("pass")
+                })
+                .collect();
+            if kept.is_empty() {
+                path.to_owned()
+            } else {
+                format!("{path}?{}", kept.join("&"))
+            }
+        }
+        None => tail.to_owned(),
+    };
+    let prefix = if scheme.is_empty() {
+        String::new()
+    } else {
+        format!("{scheme}://")
+    };
+    format!("{prefix}{}{tail}", hosts.join(","))
+}
+
+/// An error and its sources on one line (`a: b: c`), leaving out a source whose text the
+/// line already holds (many errors print their source in their own message, e.g. sqlx's
+/// and redis's I/O errors).
+pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+        source = s.source();
+    }
+    line
 }
 
 macro_rules! each {
@@ -201,5 +266,59 @@ impl GaugedStore for AnyStore {
     }
     async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>> {
         each!(self, s => s.count_expired(limit).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{describe, redact};
+
+    #[derive(Debug, thiserror::Error)]
+    enum Inner {
+        #[error("connection refused")]
+        Refused,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        #[error("io error: {0}")]
+        Prints(#[source] Inner),
+        #[error("store unavailable")]
+        Silent(#[source] Inner),
+    }
+
+    #[test]
+    fn describe_names_each_cause_once() {
+        assert_eq!(
+            describe(&Outer::Prints(Inner::Refused)),
+            "io error: connection refused"
+        );
+        assert_eq!(
+            describe(&Outer::Silent(Inner::Refused)),
+            "store unavailable: connection refused"
+        );
+    }
+
+    #[test]
+    fn redact_removes_passwords_and_keeps_the_address() {
+        for (url, want) in [
+            (
+                "postgres://app:secret@db.internal:5432/pay?sslmode=require",
+                "postgres://app@db.internal:5432/pay?sslmode=require",
+            ),
+            (
+                "postgres://app@db/pay?password=secret&sslmode=verify-full",
+                "postgres://app@db/pay?sslmode=verify-full",
+            ),
+            ("redis://:secret@cache:6379/0", "redis://cache:6379/0"),
+            (
+                "redis+cluster://u:p1@a:7000,u:p2@b:7001",
+                "redis+cluster://u@a:7000,u@b:7001",
+            ),
+            ("redis://cache:6379", "redis://cache:6379"),
+            ("postgres://db/pay?password=x", "postgres://db/pay"),
+        ] {
+            assert_eq!(redact(url), want, "{url}");
+        }
     }
 }

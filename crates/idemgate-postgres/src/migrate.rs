@@ -51,7 +51,9 @@ impl Migration {
 /// Applies every embedded migration not yet recorded for `table`, all in one transaction.
 /// Versions recorded in the database but unknown to this build (a newer idemgate migrated
 /// first) are left alone, so a rolling upgrade never blocks an older replica.
-pub(crate) async fn run(pool: &PgPool, table: &Table) -> Result<()> {
+/// Returns the migrations it applied (`"0001 idempotency_records"`), empty when none was
+/// pending.
+pub(crate) async fn run(pool: &PgPool, table: &Table) -> Result<Vec<String>> {
     // Executor methods (boxed futures) rather than `query(..).execute(conn)`: the generic
     // async fns would make this future not provably `Send` for `tokio::spawn`.
     let mut tx = pool.begin().await?;
@@ -81,6 +83,7 @@ pub(crate) async fn run(pool: &PgPool, table: &Table) -> Result<()> {
     let select = format!("SELECT checksum = md5($2) FROM {log} WHERE version = $1");
     let insert =
         format!("INSERT INTO {log} (version, description, checksum) VALUES ($1, $2, md5($3))");
+    let mut applied = Vec::new();
     for m in MIGRATIONS {
         let recorded = sqlx::query(&select)
             .bind(m.version)
@@ -103,7 +106,8 @@ pub(crate) async fn run(pool: &PgPool, table: &Table) -> Result<()> {
             .bind(m.template)
             .persistent(false);
         conn.execute(record).await?;
+        applied.push(format!("{:04} {}", m.version, m.description));
     }
     tx.commit().await?;
-    Ok(())
+    Ok(applied)
 }

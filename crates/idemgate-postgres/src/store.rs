@@ -172,6 +172,15 @@ impl PostgresStore {
     /// [`PostgresStoreError::Sqlx`]: crate::PostgresStoreError::Sqlx
     /// [`PostgresStoreError::MigrationChanged`]: crate::PostgresStoreError::MigrationChanged
     pub async fn migrate(&self) -> Result<()> {
+        migrate::run(&self.pool, &self.table).await.map(drop)
+    }
+
+    /// [`PostgresStore::migrate`], returning the migrations it applied (`"0001
+    /// idempotency_records"`, in order); empty when the table was up to date.
+    ///
+    /// # Errors
+    /// As [`PostgresStore::migrate`].
+    pub async fn migrate_applied(&self) -> Result<Vec<String>> {
         migrate::run(&self.pool, &self.table).await
     }
 

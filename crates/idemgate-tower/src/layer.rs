@@ -91,6 +91,20 @@ impl<St> IdempotencyLayer<St> {
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
+
+    /// This layer with another policy (a configuration reload): the lifecycle (store,
+    /// store deadline, pending-outcome bounds), the detached tasks and the per-principal
+    /// limits' state stay shared with `self`, so in-flight work and limits carry over.
+    /// `policy.lifecycle` is not applied: the engine keeps the settings it started with.
+    #[must_use]
+    pub fn with_policy(&self, policy: Policy) -> Self {
+        Self {
+            lifecycle: self.lifecycle.clone(),
+            policy: Arc::new(policy),
+            tasks: self.tasks.clone(),
+            limiter: self.limiter.clone(),
+        }
+    }
 }
 
 impl<S, St> Layer<S> for IdempotencyLayer<St> {

@@ -237,7 +237,8 @@ pub struct Policy {
     pub methods: Vec<Method>,
     /// Key length bounds in characters. Defaults to 8 and 128.
     pub key_len: (usize, usize),
-    /// Prefix of problem `type` URIs; the error's anchor is appended after `#`.
+    /// Prefix of problem `type` URIs; the error's anchor is appended directly when it ends
+    /// with `:` (a URN), else after `#` (a documentation URL).
     /// Defaults to [`DEFAULT_PROBLEM_BASE`].
     pub problem_type_base: String,
     /// Engine-wide settings: the store deadline (2 s) and the bound on pending outcome
@@ -251,9 +252,10 @@ pub struct Policy {
 /// The most parameters (`{name}`, `{*rest}`) a route template may have.
 pub const MAX_ROUTE_PARAMS: usize = 16;
 
-/// Default prefix of problem `type` URIs: the error reference in the repository.
-pub const DEFAULT_PROBLEM_BASE: &str =
-    "https://github.com/idemgate/idemgate/blob/main/docs/errors.md";
+/// Default prefix of problem `type` URIs: `urn:idemgate:problem:`, so a `type` is
+/// `urn:idemgate:problem:<anchor>`, a stable name (RFC 9457 §3.1.1 lets a type be a
+/// non-dereferenceable URI) whose anchor is the section of `docs/errors.md` that explains it.
+pub const DEFAULT_PROBLEM_BASE: &str = "urn:idemgate:problem:";
 
 impl Default for Policy {
     fn default() -> Self {

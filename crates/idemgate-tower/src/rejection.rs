@@ -236,7 +236,8 @@ impl IdempotencyRejection {
 }
 
 /// An RFC 9457 problem response: `{"type","title","status","detail"}` with
-/// `Content-Type: application/problem+json`; `type` is `type_base#anchor`.
+/// `Content-Type: application/problem+json`; `type` is `type_base` + `anchor` when the base
+/// ends with `:` (`urn:idemgate:problem:invalid-key`), else `type_base#anchor`.
 pub fn problem(
     status: StatusCode,
     type_base: &str,
@@ -245,7 +246,11 @@ pub fn problem(
     detail: &str,
 ) -> Response<BoxBody> {
     let body = serde_json::json!({
-        "type": format!("{type_base}#{anchor}"),
+        "type": if type_base.ends_with(':') {
+            format!("{type_base}{anchor}")
+        } else {
+            format!("{type_base}#{anchor}")
+        },
         "title": title,
         "status": status.as_u16(),
         "detail": detail,

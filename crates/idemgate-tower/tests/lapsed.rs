@@ -126,7 +126,7 @@ async fn by_default_a_lapsed_lease_answers_outcome_unknown_and_never_runs_again(
             problem["type"]
                 .as_str()
                 .unwrap()
-                .ends_with("#outcome-unknown"),
+                .ends_with(":outcome-unknown"),
             "{problem}"
         );
     }
@@ -177,6 +177,6 @@ async fn a_damaged_record_answers_record_corrupt_never_a_replay() {
         .await
         .unwrap()
         .to_bytes();
-    assert!(String::from_utf8_lossy(&body).contains("#record-corrupt"));
+    assert!(String::from_utf8_lossy(&body).contains("urn:idemgate:problem:record-corrupt"));
     assert_eq!(seen.lock().unwrap().len(), 1, "ran once");
 }

@@ -119,7 +119,9 @@ async fn a_burst_beyond_the_rate_gets_429_and_reaches_neither_store_nor_upstream
                 assert!((1..=last_retry_after).contains(&secs), "{secs}");
                 last_retry_after = secs;
                 assert_eq!(resp.headers()["content-type"], "application/problem+json");
-                assert!(text(resp).await.contains("#principal-limited"));
+                assert!(text(resp)
+                    .await
+                    .contains("urn:idemgate:problem:principal-limited"));
                 limited += 1;
             }
             s => panic!("key {i}: {s}"),

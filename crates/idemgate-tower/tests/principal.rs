@@ -77,7 +77,7 @@ async fn an_ambiguous_principal_header_is_400_and_nothing_runs() {
     ] {
         let resp = svc.clone().oneshot(request(headers)).await.unwrap();
         assert_eq!(resp.status(), 400);
-        assert!(problem_type(resp).await.ends_with("#ambiguous-principal"));
+        assert!(problem_type(resp).await.ends_with(":ambiguous-principal"));
     }
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     assert_eq!(store.len(), 0);
@@ -134,7 +134,7 @@ async fn a_refreshed_token_replays_and_a_bad_one_is_401() {
         resp.headers()["www-authenticate"],
         "Bearer error=\"invalid_token\""
     );
-    assert!(problem_type(resp).await.ends_with("#invalid-token"));
+    assert!(problem_type(resp).await.ends_with(":invalid-token"));
     let bob = bearer("bob", now, "4");
     let resp = svc
         .oneshot(request(&[("authorization", &bob)]))

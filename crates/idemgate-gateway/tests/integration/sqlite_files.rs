@@ -189,7 +189,12 @@ async fn a_changed_file_is_503_never_a_crash(fault: Fault) {
         .await
         .unwrap();
     let why = ready.text().await.unwrap();
-    assert!(why.contains(&changed.display().to_string()), "{why}");
+    let path = changed.display().to_string();
+    assert_eq!(
+        why.matches(&path).count(),
+        1,
+        "named once, not doubled: {why}"
+    );
     let log = gw.stderr();
     assert!(
         log.contains("ERROR") && log.contains(&changed.display().to_string()),

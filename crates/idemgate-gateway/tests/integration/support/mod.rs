@@ -219,7 +219,7 @@ pub(crate) async fn assert_problem(
     assert_eq!(resp.headers()["content-type"], "application/problem+json");
     let body: serde_json::Value = resp.json().await.unwrap();
     let ty = body["type"].as_str().unwrap();
-    assert!(ty.ends_with(&format!("docs/errors.md#{anchor}")), "{ty}");
+    assert_eq!(ty, format!("urn:idemgate:problem:{anchor}"));
     assert_eq!(body["status"], status);
     assert!(body["title"].is_string() && body["detail"].is_string());
     body

@@ -1,0 +1,81 @@
+//! Reading the file so that one run reports every problem: each key is tried alone against
+//! the real types (so no list of names can drift from them), and a key that is unknown or
+//! has the wrong type is reported by its path and left at its default, so the rest of the
+//! file is still parsed and validated.
+
+use serde::de::DeserializeOwned;
+
+use super::{Config, JwtConfig, RouteConfig};
+
+impl Config {
+    /// Parses TOML text, keeping going past bad keys: returns the configuration with every
+    /// unknown or mistyped key left at its default, and one message per such key
+    /// (`` `routes[0].key_requird`: unknown key ``, `` `purge_batch`: invalid type: ... ``).
+    ///
+    /// # Errors
+    /// A TOML syntax error (line and column), after which nothing can be read.
+    pub fn from_toml_lenient(text: &str) -> anyhow::Result<(Self, Vec<String>)> {
+        let mut table: toml::Table = toml::from_str(text)?;
+        let mut errs = Vec::new();
+        sift::<Config>(&mut table, "", &mut errs, |key, value, errs| {
+            match (key, value) {
+                ("defaults", toml::Value::Table(t)) => {
+                    sift::<RouteConfig>(t, "defaults.", errs, |_, _, _| false);
+                    true
+                }
+                ("jwt", toml::Value::Table(t)) => {
+                    sift::<JwtConfig>(t, "jwt.", errs, |_, _, _| false);
+                    true
+                }
+                ("routes", toml::Value::Array(items))
+                    if items.iter().all(toml::Value::is_table) =>
+                {
+                    for (i, item) in items.iter_mut().enumerate() {
+                        if let toml::Value::Table(t) = item {
+                            let at = format!("routes[{i}].");
+                            sift::<RouteConfig>(t, &at, errs, |_, _, _| false);
+                        }
+                    }
+                    true
+                }
+                _ => false,
+            }
+        });
+        let config = toml::Value::Table(table)
+            .try_into::<Config>()
+            .unwrap_or_else(|e| {
+                errs.push(e.message().to_owned());
+                Config::default()
+            });
+        Ok((config, errs))
+    }
+}
+
+/// Tries each key of `table` alone as a `T`; a key that fails is reported as `{at}{key}` and
+/// removed, unless `nested` sifted its value in place (returning true).
+fn sift<T: DeserializeOwned>(
+    table: &mut toml::Table,
+    at: &str,
+    errs: &mut Vec<String>,
+    mut nested: impl FnMut(&str, &mut toml::Value, &mut Vec<String>) -> bool,
+) {
+    let keys: Vec<String> = table.keys().cloned().collect();
+    for key in keys {
+        let mut one = toml::Table::new();
+        one.insert(key.clone(), table[&key].clone());
+        let Err(e) = one.try_into::<T>() else {
+            continue;
+        };
+        let value = table.get_mut(&key).expect("key listed above");
+        if nested(&key, value, errs) {
+            continue;
+        }
+        let unknown = e.message().contains(&format!("unknown field `{key}`"));
+        errs.push(if unknown {
+            format!("`{at}{key}`: unknown key")
+        } else {
+            format!("`{at}{key}`: {}", e.message().trim())
+        });
+        table.remove(&key);
+    }
+}

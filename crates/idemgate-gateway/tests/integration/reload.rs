@@ -1,0 +1,125 @@
+//! `SIGHUP` re-reads the configuration file of the real `idemgate` binary: a good file
+//! applies its policy to new requests, a bad one is rejected and the old one kept, and both
+//! are logged (with the settings that need a restart named).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::{assert_problem, key, post, upstream, Process};
+
+fn hup(p: &Process) {
+    let status = Command::new("kill")
+        .args(["-HUP", &p.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits (10 s at most) until the log holds `needle` `n` times; returns the log.
+async fn log_with(log: &Path, needle: &str, n: usize) -> String {
+    for _ in 0..200 {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.matches(needle).count() >= n {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "the log never had {needle:?} {n} times:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+#[tokio::test]
+async fn sighup_applies_a_good_file_and_keeps_the_old_one_on_errors() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (file, log) = (dir.path().join("gw.toml"), dir.path().join("gw.log"));
+    std::fs::write(
+        &file,
+        "store = \"memory://\"\n[defaults]\nkey_required = false\n",
+    )
+    .unwrap();
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args([
+            "serve",
+            "--listen",
+            &listen,
+            "--admin-listen",
+            "",
+            "--upstream",
+            &up.base,
+        ])
+        .arg("--config")
+        .arg(&file)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let gw = Process {
+        child,
+        base: format!("http://{listen}"),
+    };
+    log_with(&log, "idemgate gateway listening", 1).await;
+    let resp = post(&gw.base, "/payments", None, "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201, "keys are optional at first");
+
+    // A good file: keys become required; the store change needs a restart.
+    let db = dir.path().join("later.db");
+    std::fs::write(
+        &file,
+        format!(
+            "store = \"sqlite://{}\"\n[defaults]\nkey_required = true\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    hup(&gw);
+    let text = log_with(&log, "configuration reloaded", 1).await;
+    assert!(
+        text.contains("`store` changed but only takes effect after a restart"),
+        "{text}"
+    );
+    let resp = post(&gw.base, "/payments", None, "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(resp, 400, "missing-key").await;
+    assert!(!db.exists(), "the running store stays");
+
+    // A bad file: every error logged, the running configuration stays.
+    std::fs::write(
+        &file,
+        "store = \"memory://\"\n[defaults]\nkey_required = \"no\"\nlease_ttl = \"forever\"\n",
+    )
+    .unwrap();
+    hup(&gw);
+    let text = log_with(&log, "configuration reload rejected", 1).await;
+    let rejected = text.split("configuration reload rejected").nth(1).unwrap();
+    assert!(
+        rejected.contains("defaults.key_required") && rejected.contains("defaults.lease_ttl"),
+        "{text}"
+    );
+    let resp = post(&gw.base, "/payments", None, "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(resp, 400, "missing-key").await;
+    let resp = post(&gw.base, "/payments", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(up.count(), 2, "the rejected requests were not forwarded");
+    assert_eq!(text.matches("configuration reloaded").count(), 1);
+}
