@@ -371,53 +371,16 @@ impl Config {
     }
 }
 
-fn parse_addr(field: &str, value: &str, errs: &mut Vec<String>) -> Option<SocketAddr> {
-    value
-        .parse()
-        .map_err(|_| {
-            errs.push(format!(
-                "{field}: `{value}` is not an address like 127.0.0.1:8080"
-            ))
-        })
-        .ok()
-}
-
-fn parse_upstream(value: &str, errs: &mut Vec<String>) -> Option<http::Uri> {
-    if value.is_empty() {
-        errs.push("upstream: missing; set the API's base URL, e.g. http://127.0.0.1:3000".into());
-        return None;
-    }
-    match value.parse::<http::Uri>() {
-        Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some() => {
-            Some(u)
-        }
-        _ => {
-            errs.push(format!(
-                "upstream: `{value}` is not an http://host:port or https://host:port URL"
-            ));
-            None
-        }
-    }
-}
-
-fn duration(field: &str, value: &str, errs: &mut Vec<String>) -> Option<Duration> {
-    humantime::parse_duration(value)
-        .map_err(|e| {
-            errs.push(format!(
-                "{field}: `{value}` is not a duration like \"10s\" or \"24h\" ({e})"
-            ))
-        })
-        .ok()
-}
-
 mod jwt;
 mod load;
+mod parse;
 mod route;
 #[cfg(test)]
 mod tests;
 mod tls;
 
 pub use jwt::JwtConfig;
+use parse::{duration, parse_addr, parse_upstream};
 pub use route::RouteConfig;
 use route::{route_policy, Jwt};
 pub use tls::TlsSettings;

@@ -10,6 +10,10 @@ use idemgate_core::lifecycle::{LifecycleConfig, RoutePlan};
 
 use crate::jwt::JwtVerifier;
 
+mod status;
+
+pub use status::{StatusAction, StatusPattern};
+
 /// Where the principal (the caller a record belongs to) comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum PrincipalSource {
@@ -29,58 +33,6 @@ pub enum PrincipalSource {
         /// The verifier holding the keys, loaded once.
         verifier: Arc<JwtVerifier>,
     },
-}
-
-/// A status code or a class of them: `503` or `5xx`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatusPattern {
-    /// One status code.
-    Exact(u16),
-    /// A class: `Class(5)` is `5xx`.
-    Class(u8),
-}
-
-impl StatusPattern {
-    /// Parses `"503"` or `"5xx"`.
-    ///
-    /// # Errors
-    /// A message naming the bad value.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let bad = || format!("`{s}` is not a status code (100-599) or class (1xx-5xx)");
-        // Bytes, not `&s[1..]`: a first character of two bytes (`"éx"`) is not a boundary.
-        let b = s.as_bytes();
-        if b.len() == 3 && b[1..].eq_ignore_ascii_case(b"xx") {
-            let c = b[0];
-            return match c {
-                b'1'..=b'5' => Ok(Self::Class(c - b'0')),
-                _ => Err(bad()),
-            };
-        }
-        match s.parse::<u16>() {
-            Ok(n @ 100..=599) => Ok(Self::Exact(n)),
-            _ => Err(bad()),
-        }
-    }
-
-    /// True when `status` matches.
-    pub fn matches(self, status: u16) -> bool {
-        match self {
-            Self::Exact(n) => n == status,
-            Self::Class(c) => status / 100 == u16::from(c),
-        }
-    }
-}
-
-/// What an upstream status does to the record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatusAction {
-    /// Complete the record; retries get this response.
-    Store,
-    /// Delete the record: nothing was done, the same key may be retried.
-    Release,
-    /// Mark the record failed: it may have run, retries are refused.
-    Fail,
 }
 
 /// The knobs of one route. [`RoutePolicy::default`] gives the DESIGN.md defaults.
@@ -383,94 +335,4 @@ impl Policy {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes_resolve_by_template() {
-        let p = Policy::default()
-            .with_route(
-                "POST /accounts/{id}/refunds",
-                RoutePolicy {
-                    key_required: true,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        let r = p.resolve(&Method::POST, "/accounts/42/refunds").unwrap();
-        assert_eq!(r.route, "POST /accounts/{id}/refunds");
-        assert!(r.policy.key_required);
-        let r = p.resolve(&Method::POST, "/payments").unwrap();
-        assert_eq!(r.route, "POST /payments");
-        assert!(!r.policy.key_required);
-        assert!(p.resolve(&Method::GET, "/payments").is_none());
-        assert!(p.resolve(&Method::PUT, "/accounts/1/refunds").is_none());
-        assert!(Policy::default()
-            .with_route("POST payments", RoutePolicy::default())
-            .is_err());
-        assert!(Policy::default()
-            .with_route("/payments", RoutePolicy::default())
-            .is_err());
-        let err = Policy::default()
-            .with_route("post /payments", RoutePolicy::default())
-            .unwrap_err();
-        assert!(err.to_string().contains("did you mean POST?"), "{err}");
-        assert_eq!(parse_method("PURGE").unwrap().as_str(), "PURGE");
-    }
-
-    #[test]
-    fn status_actions() {
-        let p = RoutePolicy::default();
-        for (s, want) in [
-            (200, StatusAction::Store),
-            (201, StatusAction::Store),
-            (302, StatusAction::Store),
-            (304, StatusAction::Store),
-            (400, StatusAction::Store),
-            (404, StatusAction::Store),
-            (408, StatusAction::Release),
-            (425, StatusAction::Release),
-            (429, StatusAction::Release),
-            (500, StatusAction::Fail),
-            (502, StatusAction::Fail),
-            (503, StatusAction::Release),
-            (504, StatusAction::Fail),
-        ] {
-            assert_eq!(p.action_for(StatusCode::from_u16(s).unwrap()), want, "{s}");
-        }
-        assert_eq!(StatusPattern::parse("5xx"), Ok(StatusPattern::Class(5)));
-        assert_eq!(StatusPattern::parse("418"), Ok(StatusPattern::Exact(418)));
-        assert!(StatusPattern::parse("6xx").is_err());
-        assert!(StatusPattern::parse("99").is_err());
-    }
-
-    /// Found by the `config` fuzz target: a three-byte value whose first character is two
-    /// bytes long (`"҇x"`, `"éx"`) made the class check slice inside it and panic.
-    #[test]
-    fn status_patterns_with_multibyte_characters_are_refused() {
-        for s in ["҇x", "éx", "xé", "€", "5é", "５xx", "ＸＸ"] {
-            let err = StatusPattern::parse(s).unwrap_err();
-            assert!(err.contains(s), "{err}");
-        }
-        assert_eq!(StatusPattern::parse(" 4XX "), Ok(StatusPattern::Class(4)));
-    }
-
-    /// Found by the `config` fuzz target: matchit panics on a template with more than 25
-    /// parameters, so a config file could crash the gateway instead of naming the route.
-    #[test]
-    fn routes_with_too_many_parameters_are_refused() {
-        let template = |n: usize| {
-            let params: String = (0..n).map(|i| format!("/{{p{i}}}")).collect();
-            format!("POST /x{params}")
-        };
-        let add = |route: &str| Policy::default().with_route(route, RoutePolicy::default());
-        assert!(add(&template(MAX_ROUTE_PARAMS)).is_ok());
-        for n in [MAX_ROUTE_PARAMS + 1, 26, 40] {
-            let err = add(&template(n)).unwrap_err().to_string();
-            assert!(err.contains("more than 16 parameters"), "{err}");
-        }
-        // Escaped braces are not parameters.
-        let escaped = format!("{}/{}", template(MAX_ROUTE_PARAMS), "{{x}}".repeat(20));
-        assert!(add(&escaped).is_ok());
-    }
-}
+mod tests;

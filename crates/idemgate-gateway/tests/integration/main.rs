@@ -22,6 +22,7 @@ mod readme;
 mod redis;
 mod reload;
 mod replay;
+mod scope;
 mod sqlite_files;
 mod store_metrics;
 mod support;

@@ -1,0 +1,43 @@
+//! Parsers of single settings; each pushes a message naming its field on error.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub(super) fn parse_addr(field: &str, value: &str, errs: &mut Vec<String>) -> Option<SocketAddr> {
+    value
+        .parse()
+        .map_err(|_| {
+            errs.push(format!(
+                "{field}: `{value}` is not an address like 127.0.0.1:8080"
+            ))
+        })
+        .ok()
+}
+
+pub(super) fn parse_upstream(value: &str, errs: &mut Vec<String>) -> Option<http::Uri> {
+    if value.is_empty() {
+        errs.push("upstream: missing; set the API's base URL, e.g. http://127.0.0.1:3000".into());
+        return None;
+    }
+    match value.parse::<http::Uri>() {
+        Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some() => {
+            Some(u)
+        }
+        _ => {
+            errs.push(format!(
+                "upstream: `{value}` is not an http://host:port or https://host:port URL"
+            ));
+            None
+        }
+    }
+}
+
+pub(super) fn duration(field: &str, value: &str, errs: &mut Vec<String>) -> Option<Duration> {
+    humantime::parse_duration(value)
+        .map_err(|e| {
+            errs.push(format!(
+                "{field}: `{value}` is not a duration like \"10s\" or \"24h\" ({e})"
+            ))
+        })
+        .ok()
+}

@@ -1,0 +1,89 @@
+use super::*;
+
+#[test]
+fn routes_resolve_by_template() {
+    let p = Policy::default()
+        .with_route(
+            "POST /accounts/{id}/refunds",
+            RoutePolicy {
+                key_required: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let r = p.resolve(&Method::POST, "/accounts/42/refunds").unwrap();
+    assert_eq!(r.route, "POST /accounts/{id}/refunds");
+    assert!(r.policy.key_required);
+    let r = p.resolve(&Method::POST, "/payments").unwrap();
+    assert_eq!(r.route, "POST /payments");
+    assert!(!r.policy.key_required);
+    assert!(p.resolve(&Method::GET, "/payments").is_none());
+    assert!(p.resolve(&Method::PUT, "/accounts/1/refunds").is_none());
+    assert!(Policy::default()
+        .with_route("POST payments", RoutePolicy::default())
+        .is_err());
+    assert!(Policy::default()
+        .with_route("/payments", RoutePolicy::default())
+        .is_err());
+    let err = Policy::default()
+        .with_route("post /payments", RoutePolicy::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("did you mean POST?"), "{err}");
+    assert_eq!(parse_method("PURGE").unwrap().as_str(), "PURGE");
+}
+
+#[test]
+fn status_actions() {
+    let p = RoutePolicy::default();
+    for (s, want) in [
+        (200, StatusAction::Store),
+        (201, StatusAction::Store),
+        (302, StatusAction::Store),
+        (304, StatusAction::Store),
+        (400, StatusAction::Store),
+        (404, StatusAction::Store),
+        (408, StatusAction::Release),
+        (425, StatusAction::Release),
+        (429, StatusAction::Release),
+        (500, StatusAction::Fail),
+        (502, StatusAction::Fail),
+        (503, StatusAction::Release),
+        (504, StatusAction::Fail),
+    ] {
+        assert_eq!(p.action_for(StatusCode::from_u16(s).unwrap()), want, "{s}");
+    }
+    assert_eq!(StatusPattern::parse("5xx"), Ok(StatusPattern::Class(5)));
+    assert_eq!(StatusPattern::parse("418"), Ok(StatusPattern::Exact(418)));
+    assert!(StatusPattern::parse("6xx").is_err());
+    assert!(StatusPattern::parse("99").is_err());
+}
+
+/// Found by the `config` fuzz target: a three-byte value whose first character is two
+/// bytes long (`"҇x"`, `"éx"`) made the class check slice inside it and panic.
+#[test]
+fn status_patterns_with_multibyte_characters_are_refused() {
+    for s in ["҇x", "éx", "xé", "€", "5é", "５xx", "ＸＸ"] {
+        let err = StatusPattern::parse(s).unwrap_err();
+        assert!(err.contains(s), "{err}");
+    }
+    assert_eq!(StatusPattern::parse(" 4XX "), Ok(StatusPattern::Class(4)));
+}
+
+/// Found by the `config` fuzz target: matchit panics on a template with more than 25
+/// parameters, so a config file could crash the gateway instead of naming the route.
+#[test]
+fn routes_with_too_many_parameters_are_refused() {
+    let template = |n: usize| {
+        let params: String = (0..n).map(|i| format!("/{{p{i}}}")).collect();
+        format!("POST /x{params}")
+    };
+    let add = |route: &str| Policy::default().with_route(route, RoutePolicy::default());
+    assert!(add(&template(MAX_ROUTE_PARAMS)).is_ok());
+    for n in [MAX_ROUTE_PARAMS + 1, 26, 40] {
+        let err = add(&template(n)).unwrap_err().to_string();
+        assert!(err.contains("more than 16 parameters"), "{err}");
+    }
+    // Escaped braces are not parameters.
+    let escaped = format!("{}/{}", template(MAX_ROUTE_PARAMS), "{{x}}".repeat(20));
+    assert!(add(&escaped).is_ok());
+}
