@@ -4,11 +4,15 @@
 promtool_checks() {
   if ! command -v promtool >/dev/null; then
     echo "scripts/test: installing promtool (Debian package prometheus)"
-    if [ "$(id -u)" = 0 ]; then apt-get install -y prometheus >/dev/null; else sudo apt-get install -y prometheus >/dev/null; fi
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    # The package lists of a fresh machine may be missing or stale: update once and retry.
+    $sudo apt-get install -y --no-install-recommends prometheus >/dev/null \
+      || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends prometheus >/dev/null; }
   fi
   (cd deploy/prometheus && promtool check rules idemgate.rules.yml && promtool test rules idemgate.rules.test.yml)
 }
 if ! promtool_checks; then
   echo "scripts/test: the Prometheus alert rules failed their checks" >&2
-  exit 1
+  status=1
 fi
