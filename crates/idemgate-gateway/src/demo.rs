@@ -91,15 +91,23 @@ where
     };
     let (upstream, ledger) = crate::payments::spawn().await?;
     let dir = tempfile::tempdir()?;
-    let gateway = spawn_gateway(
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (gateway, running) = spawn_gateway(
         &upstream,
         &format!("sqlite://{}", dir.path().join("demo.db").display()),
+        async move {
+            let _ = stopped.await;
+        },
     )
     .await?;
     let with = Outcome {
         seen: scenario(gateway).await,
         charges: settle(&ledger).await,
     };
+    // Stop the gateway before its database is deleted with `dir`.
+    let _ = stop.send(());
+    let _ = running.await;
+    drop(dir);
     Ok(Incident {
         name,
         without,
@@ -113,11 +121,16 @@ async fn settle(ledger: &crate::payments::Ledger) -> usize {
     ledger.count()
 }
 
-/// Starts a gateway in front of `upstream` on a free port; returns its base URL.
+/// Starts a gateway in front of `upstream` on a free port until `shutdown` completes;
+/// returns its base URL and its task (which ends once the gateway drained).
 ///
 /// # Errors
 /// When the configuration is invalid or no port can be bound.
-pub async fn spawn_gateway(upstream: &str, store: &str) -> anyhow::Result<String> {
+pub async fn spawn_gateway(
+    upstream: &str,
+    store: &str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<(String, tokio::task::JoinHandle<anyhow::Result<()>>)> {
     let config = crate::cli::validated(Config {
         upstream: upstream.to_owned(),
         store: store.to_owned(),
@@ -127,14 +140,26 @@ pub async fn spawn_gateway(upstream: &str, store: &str) -> anyhow::Result<String
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let store = Arc::new(crate::store::AnyStore::open(&config.store, &config.store_options).await?);
-    tokio::spawn(crate::server::run_with_store(
-        config,
-        store,
-        listener,
-        None,
-        std::future::pending(),
-    ));
-    Ok(base)
+    let running = tokio::spawn(async move {
+        let served =
+            crate::server::run_with_store(config, store.clone(), listener, None, shutdown).await;
+        close(store).await;
+        served
+    });
+    Ok((base, running))
+}
+
+/// Closes a SQLite store once the gateway's background tasks let go of it (they stop with
+/// the gateway), so its threads never meet the temporary file deleted after it.
+async fn close(mut store: Arc<crate::store::AnyStore>) {
+    for _ in 0..100 {
+        match Arc::try_unwrap(store) {
+            Ok(crate::store::AnyStore::Sqlite(s)) => return s.close().await,
+            Ok(_) => return,
+            Err(shared) => store = shared,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn client() -> Client {

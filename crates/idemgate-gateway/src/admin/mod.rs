@@ -13,6 +13,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use idemgate_core::admin::{AdminStore, KeyFilter, Listing};
 use idemgate_core::{IdempotencyKey, IdempotencyStore, RecordState};
+use idemgate_tower::PrincipalSource;
 
 use crate::cli::StoreArgs;
 use crate::store::{AnyStore, StoreUrl};
@@ -90,10 +91,7 @@ impl Selector {
     pub fn filter(&self) -> anyhow::Result<KeyFilter> {
         let key = IdempotencyKey::new(&self.key).map_err(|e| anyhow::anyhow!("--key: {e}"))?;
         let principal = match &self.authorization {
-            Some(value) => Some(
-                idemgate_tower::authorization_principal([value.as_bytes()])
-                    .context("--authorization: the value is blank")?,
-            ),
+            Some(value) => Some(self.principal_of(value)?),
             None => self.principal.clone(),
         };
         Ok(KeyFilter {
@@ -101,6 +99,50 @@ impl Selector {
             route: self.route.clone(),
             principal,
         })
+    }
+}
+
+impl Selector {
+    /// The principal the gateway gives a caller whose `Authorization` header is `value`: by
+    /// the principal source of `--route` (or the default route) in `--config`, else the
+    /// default source (the header's hash).
+    fn principal_of(&self, value: &str) -> anyhow::Result<String> {
+        let source = match &self.store.config {
+            Some(path) => {
+                let config = crate::config::Config::from_file(path)?;
+                let valid = config.validate().map_err(|errs| {
+                    anyhow::anyhow!("invalid configuration:\n  {}", errs.join("\n  "))
+                })?;
+                let policy = &valid.policy;
+                let route = self.route.as_deref();
+                let rp = policy
+                    .routes()
+                    .find(|(r, _)| Some(*r) == route)
+                    .map_or(policy.default_route(), |(_, rp)| rp);
+                rp.principal.clone()
+            }
+            None => PrincipalSource::AuthorizationHash,
+        };
+        match source {
+            PrincipalSource::AuthorizationHash => {
+                idemgate_tower::authorization_principal([value.as_bytes()])
+                    .context("--authorization: the value is blank")
+            }
+            PrincipalSource::Jwt { claim, verifier } => {
+                let token = value
+                    .trim()
+                    .split_once(' ')
+                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                    .map(|(_, t)| t.trim())
+                    .context("--authorization: the route's principal is a JWT claim; pass \"Bearer <token>\"")?;
+                verifier.principal(token, &claim).map_err(|e| {
+                    anyhow::anyhow!("--authorization: {e} (the route's principal is `jwt:{claim}`; an expired token cannot be checked: pass --principal jwt:{claim}:<hash>, see the README)")
+                })
+            }
+            PrincipalSource::Header(name) => anyhow::bail!(
+                "--authorization: the route's principal is the `{name}` header; pass --principal hdr:<value>"
+            ),
+        }
     }
 }
 

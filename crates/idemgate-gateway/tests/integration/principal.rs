@@ -224,3 +224,76 @@ async fn refused_tokens_are_401_and_nothing_is_forwarded() {
     assert_problem(missing, 401, "missing-principal").await;
     assert_eq!(up.count(), 0, "the upstream saw nothing");
 }
+
+/// `idemgate inspect --authorization "Bearer …"` finds a caller's records by the principal
+/// source the configuration gives the route (here `jwt:sub`), also with a refreshed token.
+#[tokio::test]
+async fn inspect_finds_a_jwt_callers_records_by_their_token() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("jwt.db").display());
+    let file = dir.path().join("gateway.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "upstream = \"{}\"\nstore = \"{store}\"\n[defaults]\nprincipal = \"jwt:sub\"\n\
+             [jwt]\nhs256_secret_file = \"{}\"\nissuer = \"{ISSUER}\"\naudience = \"{AUDIENCE}\"\n",
+            up.base,
+            data("hs256.secret")
+        ),
+    )
+    .unwrap();
+    let gw = gateway(&up.base, &store, |c| {
+        c.defaults.principal = Some("jwt:sub".into());
+        c.jwt = Some(JwtConfig {
+            hs256_secret_file: Some(data("hs256.secret")),
+            jwks_file: None,
+            issuer: Some(ISSUER.into()),
+            audience: Some(AUDIENCE.into()),
+            leeway: "30s".into(),
+        });
+    })
+    .await;
+    let k = key();
+    assert_eq!(
+        send(&gw, &k, &hs256(&claims("user_9", 0))).await.status(),
+        201
+    );
+    let inspect = |token: String| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+            .arg("inspect")
+            .arg("--config")
+            .arg(&file)
+            .args([
+                "--key",
+                &k,
+                "--authorization",
+                &format!("Bearer {token}"),
+                "--json",
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = inspect(hs256(&claims("user_9", 10)));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["records"].as_array().unwrap().len(), 1, "{listed}");
+    assert!(listed["records"][0]["principal"]
+        .as_str()
+        .unwrap()
+        .starts_with("jwt:sub:"));
+    let other = inspect(hs256(&claims("user_10", 0)));
+    let listed: Value = serde_json::from_slice(&other.stdout).unwrap_or(Value::Null);
+    assert!(
+        listed["records"].as_array().is_none_or(|r| r.is_empty()),
+        "another subject sees nothing: {listed}"
+    );
+    let bad = inspect("not-a-token".into());
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--authorization"));
+    gw.stop().await;
+}
