@@ -109,7 +109,11 @@ impl Selector {
     fn principal_of(&self, value: &str) -> anyhow::Result<String> {
         let source = match &self.store.config {
             Some(path) => {
-                let config = crate::config::Config::from_file(path)?;
+                let mut config = crate::config::Config::from_file(path)?;
+                // An operator's file may name only the store; the upstream plays no part here.
+                if config.upstream.trim().is_empty() {
+                    config.upstream = "http://127.0.0.1:1".into();
+                }
                 let valid = config.validate().map_err(|errs| {
                     anyhow::anyhow!("invalid configuration:\n  {}", errs.join("\n  "))
                 })?;
