@@ -276,7 +276,8 @@ impl JwtVerifier {
         // hash as "no issuer" and share that scope.
         let iss = match claims.get("iss") {
             None => "",
-            Some(Value::String(s)) => s,
+            // An empty issuer would share the scope of tokens without one.
+            Some(Value::String(s)) if !s.is_empty() => s,
             Some(_) => return Err(TokenError::BadClaim("iss".into())),
         };
         let mut h = Sha256::new();

@@ -3,12 +3,21 @@
 //!
 //! Pairs are sorted by a *folded* name, stably, and kept byte for byte. Two names that any
 //! common parser may read as one name fold alike, so their pairs keep their order (a parser
-//! that keeps the first, the last or a list of the values reads both requests alike): the
-//! folded name is percent-decoded (three rounds, `+` as a space), cut at the first `[` (PHP
-//! and Rails array syntax), and reduced to its ASCII letters, lower-cased, its digits and
-//! its non-ASCII bytes (PHP reads `a.b` and `a b` as `a_b`; ASP.NET compares names without
-//! case). Folding more names together only keeps more order, never less. A string with `;`
-//! is kept unsorted: some parsers split pairs on it, others do not.
+//! that keeps the first, the last or a list of the values reads both requests alike). The
+//! fold is deliberately coarse: the name is percent-decoded (three rounds, `+` as a space)
+//! and reduced to its first ASCII letter or digit, lower-cased, or to one class for a first
+//! non-ASCII byte. So `%61mount` and `amount`, `a.b`, `a_b` and `a[b` (PHP), `Amount` and
+//! `amount` (ASP.NET), `a[]` and `a[x]`, `a%00x` and `a` (C strings), `É` and `é` all keep
+//! their order, while `amount=1&to=bob` and `to=bob&amount=1` are one request. Folding more
+//! names together only keeps more order, never less.
+//!
+//! Strings are kept as sent when they hold a `;` (some parsers split pairs on it, others do
+//! not) or more than [`MAX_SORTED_PAIRS`] pairs: parsers that stop after a number of
+//! parameters (Node's `querystring` and PHP's `max_input_vars` at 1000) would read a reordered
+//! string differently.
+
+/// The most pairs a string may have to be sorted.
+pub(super) const MAX_SORTED_PAIRS: usize = 64;
 
 /// The canonical form of `raw`: pairs split on `&`, empty ones dropped, stably sorted by
 /// folded name, joined with `&`; `raw` itself when it holds a `;`.
@@ -16,29 +25,38 @@ pub(super) fn folded_sorted_pairs(raw: &[u8]) -> Vec<u8> {
     if raw.contains(&b';') {
         return raw.to_vec();
     }
-    let mut pairs: Vec<(Vec<u8>, &[u8])> = raw
+    let pairs: Vec<&[u8]> = raw
         .split(|&b| b == b'&')
         .filter(|p| !p.is_empty())
+        .collect();
+    if pairs.len() > MAX_SORTED_PAIRS {
+        return raw.to_vec();
+    }
+    let mut pairs: Vec<(u8, &[u8])> = pairs
+        .into_iter()
         .map(|p| (fold(p.split(|&b| b == b'=').next().unwrap_or(p)), p))
         .collect();
-    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    pairs.sort_by_key(|p| p.0);
     let pairs: Vec<&[u8]> = pairs.into_iter().map(|(_, p)| p).collect();
     pairs.join(&b'&')
 }
 
-/// The name as every parser might read it, folded (see the module documentation).
-fn fold(name: &[u8]) -> Vec<u8> {
+/// The name's sort class (see the module documentation): its first ASCII letter or digit,
+/// lower-cased; `0x80` for a first non-ASCII byte; `0` for none.
+fn fold(name: &[u8]) -> u8 {
     let mut name = name.to_vec();
     for _ in 0..3 {
         name = percent_decode(&name);
     }
-    if let Some(bracket) = name.iter().position(|&b| b == b'[') {
-        name.truncate(bracket);
-    }
     name.into_iter()
-        .filter(|b| b.is_ascii_alphanumeric() || !b.is_ascii())
-        .map(|b| b.to_ascii_lowercase())
-        .collect()
+        .find(|b| b.is_ascii_alphanumeric() || !b.is_ascii())
+        .map_or(0, |b| {
+            if b.is_ascii() {
+                b.to_ascii_lowercase()
+            } else {
+                0x80
+            }
+        })
 }
 
 /// `%XX` decoded, `+` read as a space; a `%` without two hex digits is kept.
@@ -94,17 +112,34 @@ mod tests {
             ("Amount", "amount"),
             ("a[]", "a[x]"),
             ("a", "a%5B0%5D"),
+            ("a[b", "a_b"),
+            ("a%00x", "a"),
+            ("%C3%89", "%C3%A9"),
+            ("%D0%80", "%D1%90"),
+            ("amount", "account"),
         ] {
             let one = form(&format!("{x}=1&{y}=2"));
             let other = form(&format!("{y}=2&{x}=1"));
             assert_ne!(one, other, "{x} / {y}");
             // other names still sort around them
             assert_eq!(
-                form(&format!("z=9&{x}=1&{y}=2")),
-                format!("{x}=1&{y}=2&z=9").into_bytes(),
+                form(&format!("{x}=1&{y}=2&0=9")),
+                format!("0=9&{x}=1&{y}=2").into_bytes(),
                 "{x} / {y}"
             );
         }
+    }
+
+    #[test]
+    fn long_strings_keep_their_order() {
+        let many: Vec<String> = (0..MAX_SORTED_PAIRS)
+            .map(|i| format!("f{i:04}=x"))
+            .collect();
+        let many = many.join("&");
+        assert_ne!(
+            form(&format!("amount=5&{many}")),
+            form(&format!("{many}&amount=5"))
+        );
     }
 
     #[test]

@@ -93,7 +93,12 @@ fn the_issuer_is_part_of_the_principal() {
         "jwt:sub:f39865bdfc715038dd2c82b96894da8c"
     );
     // A non-string issuer would hash as "no issuer": refused.
-    for iss in [json!(["https://a.example"]), json!(7), json!({"a": 1})] {
+    for iss in [
+        json!(["https://a.example"]),
+        json!(7),
+        json!({"a": 1}),
+        json!(""),
+    ] {
         let t = sign_hs(&json!({"sub": "1", "iss": iss, "exp": now() + 60}));
         assert!(
             matches!(v.principal(&t, "sub"), Err(TokenError::BadClaim(c)) if c == "iss"),
