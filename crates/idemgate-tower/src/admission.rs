@@ -53,6 +53,24 @@ pub(crate) fn principal_of(
     }
 }
 
+/// The principal `source` gives a request whose only `Authorization` line is `value`, as
+/// the layer computes it: operators use it to find a caller's records from their header
+/// (`idemgate inspect --authorization`). `Ok(None)` when that names no caller (a blank
+/// value, or a `header:` source, which does not read `Authorization`).
+///
+/// # Errors
+/// As [`IdempotencyRejection`]: [`IdempotencyRejection::InvalidToken`] for a refused JWT.
+pub fn principal_from_authorization(
+    source: &PrincipalSource,
+    value: &str,
+) -> Result<Option<String>, IdempotencyRejection> {
+    let value = HeaderValue::from_str(value)
+        .map_err(|_| IdempotencyRejection::InvalidToken(TokenError::NotBearer))?;
+    let mut headers = HeaderMap::new();
+    headers.insert(AUTHORIZATION, value);
+    principal_of(&headers, source)
+}
+
 /// SHA-256 of every non-empty `Authorization` value, as `auth:<hex>`.
 fn authorization_hash(headers: &HeaderMap) -> Option<String> {
     authorization_principal(headers.get_all(AUTHORIZATION).iter().map(|v| v.as_bytes()))

@@ -21,7 +21,7 @@ pub mod rejection;
 mod service;
 mod template;
 
-pub use admission::authorization_principal;
+pub use admission::{authorization_principal, principal_from_authorization};
 pub use jwt::{JwtVerifier, TokenError};
 pub use layer::IdempotencyLayer;
 pub use lease::{LeaseHandle, NotSent};

@@ -127,25 +127,15 @@ impl Selector {
             }
             None => PrincipalSource::AuthorizationHash,
         };
-        match source {
-            PrincipalSource::AuthorizationHash => {
-                idemgate_tower::authorization_principal([value.as_bytes()])
-                    .context("--authorization: the value is blank")
-            }
-            PrincipalSource::Jwt { claim, verifier } => {
-                let token = value
-                    .trim()
-                    .split_once(' ')
-                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                    .map(|(_, t)| t.trim())
-                    .context("--authorization: the route's principal is a JWT claim; pass \"Bearer <token>\"")?;
-                verifier.principal(token, &claim).map_err(|e| {
-                    anyhow::anyhow!("--authorization: {e} (the route's principal is `jwt:{claim}`; an expired token cannot be checked: pass --principal jwt:{claim}:<hash>, see the README)")
-                })
-            }
-            PrincipalSource::Header(name) => anyhow::bail!(
-                "--authorization: the route's principal is the `{name}` header; pass --principal hdr:<value>"
-            ),
+        let hint = match &source {
+            PrincipalSource::AuthorizationHash => "the value is blank".to_owned(),
+            PrincipalSource::Jwt { claim, .. } => format!("the route's principal is `jwt:{claim}`: pass \"Bearer <token>\"; an expired token cannot be checked: pass --principal jwt:{claim}:<hash>, see the README"),
+            PrincipalSource::Header(name) => format!("the route's principal is the `{name}` header; pass --principal hdr:<value>"),
+        };
+        match idemgate_tower::principal_from_authorization(&source, value) {
+            Ok(Some(principal)) => Ok(principal),
+            Ok(None) => bail!("--authorization: {hint}"),
+            Err(refused) => bail!("--authorization: {} ({hint})", refused.detail()),
         }
     }
 }

@@ -1,15 +1,9 @@
 //! The `idemgate` binary's command line.
 
-use std::process::Command;
+use crate::support::run_idemgate;
 
 fn idemgate(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(args)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
+    run_idemgate(args)
 }
 
 #[test]

@@ -2,18 +2,10 @@
 //! it did, `--help` describes the whole binary, start-up errors name the store without its
 //! credentials.
 
-use std::process::Command;
-
-use crate::support::test_url;
+use crate::support::{run_idemgate, test_url};
 
 fn idemgate(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(args)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
+    run_idemgate(args)
 }
 
 #[test]

@@ -85,27 +85,8 @@ impl Target {
     pub(crate) async fn cleanup(&self) {
         match self {
             Self::Sqlite(_) => {}
-            Self::Postgres { url, table } => {
-                let pool = sqlx::PgPool::connect(url).await.unwrap();
-                let sql = format!("DROP TABLE IF EXISTS {table}, {table}_migrations");
-                sqlx::query(&sql).execute(&pool).await.unwrap();
-            }
-            Self::Redis { url, prefix } => {
-                let client = redis::Client::open(url.as_str()).unwrap();
-                let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(format!("{prefix}*"))
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                if !keys.is_empty() {
-                    let _: () = redis::cmd("DEL")
-                        .arg(&keys)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                }
-            }
+            Self::Postgres { url, table } => drop_pg_table(url, table).await,
+            Self::Redis { url, prefix } => delete_redis_prefix(url, prefix).await,
         }
     }
 }

@@ -8,16 +8,10 @@ use idemgate_core::testing::unique_key;
 use idemgate_core::GaugedStore;
 
 use crate::purge::{record, Target};
+use crate::support::run_idemgate;
 
 fn idemgate(args: &[String]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
+    run_idemgate(args)
 }
 
 fn purge_args(target: &Target, extra: &[&str]) -> Vec<String> {

@@ -10,24 +10,6 @@ fn redis_url() -> Option<String> {
     test_url("IDEMGATE_TEST_REDIS_URL")
 }
 
-/// Deletes every key under `prefix` (each test's own).
-async fn delete_prefix(url: &str, prefix: &str) {
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL")
-            .arg(&keys)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-    }
-}
-
 fn prefix() -> String {
     format!("idemgate-gw-test:{:012x}:", rand_u64() >> 16)
 }
@@ -52,7 +34,7 @@ async fn two_hundred_concurrent_duplicates_run_once() {
         .await
         .unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
-    delete_prefix(&url, &p).await;
+    delete_redis_prefix(&url, &p).await;
 }
 
 /// The documented weakness: a record Redis loses (eviction, failover, no persistence) is
@@ -99,7 +81,7 @@ async fn a_lost_record_means_the_retry_runs_again() {
         2,
         "the record was lost, so the operation ran again"
     );
-    delete_prefix(&url, &p).await;
+    delete_redis_prefix(&url, &p).await;
 }
 
 struct RedisServer(Child);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idemgate_gateway::config::Config;
 
-use crate::support::{rand_u64, test_url, Relay};
+use crate::support::{delete_redis_prefix, drop_pg_table, rand_u64, test_url, Relay};
 
 /// The store under test.
 #[derive(Clone, Copy, Debug)]
@@ -199,27 +199,9 @@ impl Store {
     /// Drops what the test created.
     pub(crate) async fn cleanup(self) {
         match self.backend {
-            Backend::Postgres => {
-                let pool = sqlx::PgPool::connect(&self.direct).await.unwrap();
-                let t = &self.namespace;
-                let sql = format!("DROP TABLE IF EXISTS {t}, {t}_migrations");
-                sqlx::query(&sql).execute(&pool).await.unwrap();
-            }
+            Backend::Postgres => drop_pg_table(&self.direct, &self.namespace).await,
             Backend::Redis => {
-                let client = redis::Client::open(self.direct.as_str()).unwrap();
-                let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(format!("{}:*", self.namespace))
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                if !keys.is_empty() {
-                    let _: i64 = redis::cmd("DEL")
-                        .arg(keys)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                }
+                delete_redis_prefix(&self.direct, &format!("{}:", self.namespace)).await;
             }
             Backend::Sqlite => {}
         }

@@ -314,3 +314,41 @@ pub(crate) fn test_url(var: &str) -> Option<String> {
     }
     url
 }
+
+/// Runs the `idemgate` binary with `args` (at `RUST_LOG=info`); its exit code and its
+/// standard output followed by its standard error.
+pub(crate) fn run_idemgate<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Deletes every Redis key under `prefix` (a test's own).
+pub(crate) async fn delete_redis_prefix(url: &str, prefix: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL")
+            .arg(&keys)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// Drops a PostgreSQL records table and its migrations table (a test's own).
+pub(crate) async fn drop_pg_table(url: &str, table: &str) {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let sql = format!("DROP TABLE IF EXISTS {table}, {table}_migrations");
+    sqlx::query(&sql).execute(&pool).await.unwrap();
+}
