@@ -62,11 +62,19 @@ fn canonical(parts: &[Part], boundary: &str) -> Vec<u8> {
     canonical_form_data(&body(parts, boundary), boundary.as_bytes()).expect("a strict form")
 }
 
+/// Whether `--boundary` occurs anywhere in a part: in its content, or in a header value
+/// (name, filename, content type), where the strict parse refuses it.
 fn holds_delimiter(parts: &[Part], boundary: &str) -> bool {
     let d = format!("--{boundary}");
-    parts
-        .iter()
-        .any(|p| p.content.windows(d.len()).any(|w| w == d.as_bytes()))
+    let holds = |bytes: &[u8]| bytes.windows(d.len()).any(|w| w == d.as_bytes());
+    parts.iter().any(|p| {
+        holds(&p.content)
+            || holds(p.name.as_bytes())
+            || p.filename.as_deref().is_some_and(|f| holds(f.as_bytes()))
+            || p.content_type
+                .as_deref()
+                .is_some_and(|c| holds(c.as_bytes()))
+    })
 }
 
 proptest! {
@@ -127,5 +135,11 @@ fn an_all_dash_boundary_is_hashed_raw() {
             None
         );
     }
-    assert!(canonical_form_data(&body(&[part], "-a"), b"-a").is_some());
+    assert!(canonical_form_data(&body(std::slice::from_ref(&part), "-a"), b"-a").is_some());
+    // The delimiter inside a header value is not at a line start: refused too.
+    let named = Part {
+        name: "--5".into(),
+        ..part
+    };
+    assert_eq!(canonical_form_data(&body(&[named], "5"), b"5"), None);
 }
