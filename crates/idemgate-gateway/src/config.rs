@@ -263,7 +263,7 @@ impl Config {
             .ok();
         let mut methods = Vec::new();
         for m in &self.methods {
-            match idemgate_tower::parse_method(m) {
+            match parse::parse_method(m) {
                 Ok(m) => methods.push(m),
                 Err(e) => errs.push(format!("methods: {e}")),
             }

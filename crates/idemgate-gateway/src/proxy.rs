@@ -17,8 +17,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idemgate_core::BoxError;
 use idemgate_tower::body::BoxBody;
-use idemgate_tower::headers::{connection_tokens, HOP_BY_HOP, IDEMPOTENT_REPLAYED};
 use idemgate_tower::NotSent;
+use idemgate_tower::IDEMPOTENT_REPLAYED;
 
 /// The upstream did not send response headers within the configured timeout. The request
 /// was sent, so the operation may have run.
@@ -139,6 +139,30 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    http::header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    http::header::PROXY_AUTHENTICATE,
+    http::header::PROXY_AUTHORIZATION,
+    http::header::TE,
+    http::header::TRAILER,
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+];
+
+/// The header names a `Connection` header lists.
+fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect()
 }
 
 /// True when hyper refused the response head for its size or header count.

@@ -15,8 +15,7 @@ use axum::Router;
 use http::{Response, StatusCode};
 use idemgate_core::{BoxError, IdempotencyStore};
 use idemgate_tower::body::BoxBody;
-use idemgate_tower::rejection::problem;
-use idemgate_tower::{IdempotencyLayer, NotSent};
+use idemgate_tower::{IdempotencyLayer, IdempotencyRejection, NotSent};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -118,8 +117,8 @@ async fn serve(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let layer = IdempotencyLayer::new(store.clone(), config.policy.clone());
-    let detached = layer.detached_tasks().clone();
+    let layer = IdempotencyLayer::from_arc(store.clone(), config.policy.clone());
+    let drain = layer.clone();
     let (app_tx, app_rx) = watch::channel(gateway_app(&layer, &config));
     let app = Router::new().fallback_service(Current::new(app_rx));
     // The longest upstream timeout any configuration had: the drain at shutdown waits that.
@@ -207,14 +206,13 @@ async fn serve(
     // (bounded by the upstream timeout, plus 5 s for outcome writes that are still being
     // retried), or their retries would get `outcome-unknown`. A write cut off here is logged
     // and counted (`idempotency_outcome_abandoned_total{reason="shutdown"}`).
-    detached.close();
     let longest = longest_timeout
         .lock()
         .map_or(config.upstream_timeout, |t| *t);
     let grace = longest + Duration::from_secs(5);
-    if tokio::time::timeout(grace, detached.wait()).await.is_err() {
+    if tokio::time::timeout(grace, drain.drain()).await.is_err() {
         tracing::warn!(
-            pending = detached.len(),
+            pending = drain.detached_tasks().len(),
             "shutting down with operations still running"
         );
     }
@@ -224,32 +222,16 @@ async fn serve(
 /// The answer when the upstream could not be used: `502`, or `504` after the timeout.
 fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
     tracing::warn!(error = %e, "upstream request failed");
-    if e.is::<UpstreamTimeout>() {
-        return problem(
-            StatusCode::GATEWAY_TIMEOUT,
-            type_base,
-            "upstream-timeout",
-            "Upstream timeout",
-            "The API did not answer in time. The operation may have run: the key is marked failed; check the result before using a new key.",
-        );
-    }
-    let (anchor, detail) = if e.is::<NotSent>() {
-        (
-            "upstream-unreachable",
-            "The API could not be reached; nothing was sent. Retry the request (with the same idempotency key, if it had one).",
-        )
+    let rejection = if e.is::<UpstreamTimeout>() {
+        IdempotencyRejection::UpstreamTimeout
+    } else if e.is::<NotSent>() {
+        IdempotencyRejection::UpstreamUnreachable
     } else if e.is::<UpstreamHeadTooLarge>() {
-        ("upstream-failed", "The API's response had more header fields than the gateway accepts (max_response_headers), so it was not delivered. The operation may have run: the key is marked failed; check the result before using a new key.")
+        IdempotencyRejection::UpstreamHeadTooLarge
     } else {
-        ("upstream-failed", "The connection to the API failed after the request was sent, so the operation may have run. The key is marked failed; check the result before using a new key.")
+        IdempotencyRejection::UpstreamFailed
     };
-    problem(
-        StatusCode::BAD_GATEWAY,
-        type_base,
-        anchor,
-        "Bad gateway",
-        detail,
-    )
+    rejection.into_response(type_base)
 }
 
 async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {

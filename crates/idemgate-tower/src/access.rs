@@ -14,7 +14,7 @@ use idemgate_core::loghash::{key_hash, principal_hash};
 use tokio::time::Instant;
 
 use crate::body::BoxBody;
-use crate::execute::Answered;
+use crate::glue::Answered;
 use crate::metrics::RouteMetrics;
 
 /// The tracing target of access log lines (filter with `RUST_LOG=idemgate::access=off`).

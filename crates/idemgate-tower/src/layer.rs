@@ -7,18 +7,19 @@ use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use crate::limits::Limiter;
+use crate::metrics::Meters;
 use crate::policy::Policy;
 use crate::service::Idempotency;
 
 /// Applies the idempotency contract to the wrapped service: see [`Idempotency`].
 ///
 /// Every service this layer makes shares one state of per-principal limits
-/// ([`crate::limits`]): the limits of a route hold across them, per layer (per process).
+/// ([`crate::limits`]) and one set of detached tasks ([`IdempotencyLayer::drain`]): the
+/// limits of a route hold across them, per layer (per process).
 ///
 /// # Examples
 /// ```
 /// use std::convert::Infallible;
-/// use std::sync::Arc;
 ///
 /// use http::{Request, Response};
 /// use idemgate_core::MemoryStore;
@@ -30,7 +31,7 @@ use crate::service::Idempotency;
 ///     Ok::<_, Infallible>(Response::builder().status(201).body(full("charged".into())).unwrap())
 /// });
 /// let svc = ServiceBuilder::new()
-///     .layer(IdempotencyLayer::new(Arc::new(MemoryStore::new()), Policy::default()))
+///     .layer(IdempotencyLayer::new(MemoryStore::new(), Policy::default()))
 ///     .service(payments);
 /// let req = || Request::post("/payments")
 ///     .header("idempotency-key", "8e03978e-40d5")
@@ -63,7 +64,13 @@ impl<St> Clone for IdempotencyLayer<St> {
 
 impl<St: IdempotencyStore> IdempotencyLayer<St> {
     /// A layer that records in `store` under `policy`.
-    pub fn new(store: Arc<St>, policy: Policy) -> Self {
+    pub fn new(store: St, policy: Policy) -> Self {
+        Self::from_arc(Arc::new(store), policy)
+    }
+
+    /// [`IdempotencyLayer::new`] with a store shared with other owners (a handler that
+    /// completes records itself, a purge task), without wrapping it in a second `Arc`.
+    pub fn from_arc(store: Arc<St>, policy: Policy) -> Self {
         Self {
             lifecycle: Lifecycle::new(store, policy.lifecycle.clone()),
             policy: Arc::new(policy),
@@ -80,11 +87,38 @@ impl<St> IdempotencyLayer<St> {
     }
 
     /// The detached tasks (forwarded operations and their outcome writes) of every service
-    /// this layer made. Before the runtime shuts down, `close()` it and await `wait()`:
-    /// a task cut off there would leave its record `in_progress` until its lease lapses,
-    /// and a retry would then run the operation again.
+    /// this layer made; [`IdempotencyLayer::drain`] awaits them.
     pub fn detached_tasks(&self) -> &TaskTracker {
         &self.tasks
+    }
+
+    /// Waits until every detached task of this layer's services has ended: the forwarded
+    /// operations whose clients left and the writes of their outcomes. Await it after the
+    /// server stopped accepting requests and before the runtime shuts down: a task cut off
+    /// there would leave its record `in_progress` until its lease lapses, and its retries
+    /// would get `outcome-unknown`. Bound it with a timeout (the longest operation plus a
+    /// few seconds for outcome writes still being retried).
+    ///
+    /// Requests that arrive meanwhile still run; this then waits for them too.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future stops the waiting, never the tasks.
+    pub async fn drain(&self) {
+        self.tasks.close();
+        self.tasks.wait().await;
+        self.tasks.reopen();
+    }
+
+    /// Wraps `inner` in the middleware ([`Layer::layer`]).
+    pub(crate) fn wrap<S>(&self, inner: S) -> Idempotency<S, St> {
+        Idempotency {
+            inner,
+            lifecycle: self.lifecycle.clone(),
+            meters: Arc::new(Meters::for_policy(&self.policy)),
+            policy: self.policy.clone(),
+            tasks: self.tasks.clone(),
+            limiter: self.limiter.clone(),
+        }
     }
 
     /// The policy in force.
@@ -111,12 +145,6 @@ impl<S, St> Layer<S> for IdempotencyLayer<St> {
     type Service = Idempotency<S, St>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Idempotency::with_lifecycle(
-            inner,
-            self.lifecycle.clone(),
-            self.policy.clone(),
-            self.tasks.clone(),
-        )
-        .sharing_limits(self.limiter.clone())
+        self.wrap(inner)
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use idemgate_core::{BoxError, Lease};
 
+use crate::policy::RoutePolicy;
+
 /// An error of the inner service that means the request never reached the operation (for
 /// example a refused connection): the record is released so the same key can be retried.
 /// Any other inner error fails the record, because the operation may have run.
@@ -19,26 +21,67 @@ pub struct NotSent(#[source] pub BoxError);
 /// The lease under which the inner service runs, in its request's extensions.
 ///
 /// A service that completes the record itself, in the same database transaction as its
-/// business rows (`PostgresStore::complete_using` in `idemgate-postgres`), calls
-/// [`LeaseHandle::mark_completed`] after its commit; the middleware then writes no outcome of
-/// its own. With axum, take it as `Extension<LeaseHandle>`.
+/// business rows, calls `LeaseHandle::complete_in(&mut *tx, response)` (features `axum` and
+/// `postgres`) before its commit: one call that stores the response through the layer's
+/// header filter and marks the lease completed, so the middleware writes no outcome of its
+/// own. With axum, the handle is an extractor (feature `axum`: `lease: LeaseHandle`, a
+/// `400` `missing-key` when the request holds no lease) or `Extension<LeaseHandle>`.
+/// Lower level: `PostgresStore::complete_using`, then [`LeaseHandle::mark_completed`].
 #[derive(Clone, Debug)]
 pub struct LeaseHandle(Arc<LeaseState>);
 
-#[derive(Debug)]
 struct LeaseState {
     lease: Lease,
     takeover: bool,
     completed: AtomicBool,
+    /// The layer's store (an `Arc<St>`), for completion in the caller's transaction.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    store: Arc<dyn Any + Send + Sync>,
+    /// The route's policy: its header filter and status rules.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    route: Arc<RoutePolicy>,
+}
+
+impl std::fmt::Debug for LeaseState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseState")
+            .field("lease", &self.lease)
+            .field("takeover", &self.takeover)
+            .field("completed", &self.completed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LeaseHandle {
-    pub(crate) fn new(lease: Lease, takeover: bool) -> Self {
+    pub(crate) fn new<St: Send + Sync + 'static>(
+        lease: Lease,
+        takeover: bool,
+        store: Arc<St>,
+        route: Arc<RoutePolicy>,
+    ) -> Self {
         Self(Arc::new(LeaseState {
             lease,
             takeover,
             completed: AtomicBool::new(false),
+            store,
+            route,
         }))
+    }
+
+    /// The layer's store, if it is an `St` (or an `Arc<St>`).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn store<St: Send + Sync + 'static>(&self) -> Option<&St> {
+        let any = &*self.0.store;
+        if let Some(st) = any.downcast_ref::<St>() {
+            return Some(st);
+        }
+        any.downcast_ref::<Arc<St>>().map(|st| &**st)
+    }
+
+    /// The route's policy.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn route(&self) -> &RoutePolicy {
+        &self.0.route
     }
 
     /// The lease: pass it to the store's `complete_using`.
@@ -52,7 +95,8 @@ impl LeaseHandle {
         self.0.takeover
     }
 
-    /// Says the record was completed by the service itself (call it after the commit).
+    /// Says the record was completed by the service itself, so the layer writes no outcome
+    /// (call it after the commit; `complete_in` calls it for you).
     pub fn mark_completed(&self) {
         self.0.completed.store(true, Ordering::SeqCst);
     }

@@ -1,30 +1,78 @@
 //! The idemgate contract as a tower middleware: `Idempotency-Key` enforcement in front of
-//! any HTTP service. The gateway (`idemgate serve`) is this layer around a reverse proxy;
-//! Rust services can use it directly.
+//! any HTTP service, so a retried `POST` runs once and every retry gets the stored response.
+//! The gateway (`idemgate serve`) is this layer around a reverse proxy; Rust services use it
+//! directly, most easily through the `idemgate` facade crate.
 //!
-//! See [`IdempotencyLayer`] for an example and [`Idempotency`] for what happens to each
-//! request, and `docs/errors.md` for every answer the layer gives itself.
+//! ```
+//! use std::convert::Infallible;
+//!
+//! use http::{Request, Response};
+//! use idemgate_core::MemoryStore;
+//! use idemgate_tower::body::{full, BoxBody};
+//! use idemgate_tower::{IdempotencyLayer, Policy};
+//! use tower::{service_fn, Layer, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let layer = IdempotencyLayer::new(MemoryStore::new(), Policy::default());
+//! let svc = layer.layer(service_fn(|_req: Request<BoxBody>| async {
+//!     Ok::<_, Infallible>(Response::builder().status(201).body(full("charged".into())).unwrap())
+//! }));
+//! let req = || Request::post("/payments")
+//!     .header("idempotency-key", "4b9f0c52-first")
+//!     .header("authorization", "Bearer alice")
+//!     .body(full("{}".into())).unwrap();
+//! assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), 201);
+//! let retry = svc.oneshot(req()).await.unwrap();
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! # }
+//! ```
+//!
+//! The layout follows tower-http: [`IdempotencyLayer`] makes [`Idempotency`] services,
+//! whose calls return a [`ResponseFuture`]. Inside, a covered request goes through
+//! admission (key, [`principal`], body, fingerprint), the glue to the core lifecycle
+//! ([`idemgate_core::lifecycle`], whose state diagram is in its docs), and [`replay`].
+//! [`Idempotency`] lists what happens to each request; [`IdempotencyRejection`] is every
+//! answer the layer gives itself (`docs/errors.md` explains each to clients).
+//!
+//! # Features
+//! - `axum`: routes come from axum's `MatchedPath` under `Router::route_layer`
+//!   ([`Policy::resolve_parts`]), [`IdempotencyRejection`] implements `IntoResponse`, and
+//!   [`LeaseHandle`] is an extractor.
+//! - `postgres` (with `axum`): `LeaseHandle::complete_in` completes the key inside the
+//!   handler's PostgreSQL transaction, in one call.
 
-pub mod access;
+mod access;
 mod admission;
 pub mod body;
-mod execute;
-mod fingerprint;
-pub mod headers;
+#[cfg(feature = "axum")]
+mod extract;
+mod future;
+mod glue;
 pub mod jwt;
 mod layer;
 mod lease;
 pub mod limits;
 pub mod metrics;
 pub mod policy;
+pub mod principal;
 pub mod rejection;
+pub mod replay;
 mod service;
 mod template;
+#[cfg(all(feature = "axum", feature = "postgres"))]
+mod transaction;
 
-pub use admission::{authorization_principal, principal_from_authorization};
+pub use access::TARGET as ACCESS_LOG_TARGET;
+pub use future::ResponseFuture;
 pub use jwt::{JwtVerifier, TokenError};
 pub use layer::IdempotencyLayer;
 pub use lease::{LeaseHandle, NotSent};
-pub use policy::{parse_method, Policy, PrincipalSource, RoutePolicy, StatusAction, StatusPattern};
+pub use policy::{Policy, RoutePolicy, StatusAction, StatusPattern};
+pub use principal::{
+    authorization_principal, principal_from_authorization, Principal, PrincipalSource,
+};
 pub use rejection::{IdempotencyRejection, LimitKind};
+pub use replay::{IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};
 pub use service::Idempotency;
+#[cfg(all(feature = "axum", feature = "postgres"))]
+pub use transaction::CompleteError;

@@ -181,6 +181,9 @@ fn outcome_index(outcome: &str) -> usize {
 #[derive(Debug)]
 pub(crate) struct Meters {
     routes: HashMap<String, Arc<RouteMetrics>>,
+    /// Templates axum matched (`MatchedPath`) that no configured route names: as many as
+    /// the application's routes, made on first use.
+    matched: std::sync::RwLock<HashMap<String, Arc<RouteMetrics>>>,
     unmatched: Arc<RouteMetrics>,
     uncovered: Arc<RouteMetrics>,
 }
@@ -193,14 +196,31 @@ impl Meters {
             .collect();
         Self {
             routes,
+            matched: Default::default(),
             unmatched: Arc::new(RouteMetrics::new(UNMATCHED)),
             uncovered: Arc::new(RouteMetrics::new(UNCOVERED)),
         }
     }
 
-    /// The handles of route label `label` (from [`Policy::resolve`]).
-    pub(crate) fn route(&self, label: &str) -> &Arc<RouteMetrics> {
-        self.routes.get(label).unwrap_or(&self.unmatched)
+    /// The handles of route label `label` (from [`Policy::resolve_parts`]): a configured
+    /// route's, [`UNMATCHED`]'s, or those of a template axum matched.
+    pub(crate) fn route(&self, label: &str) -> Arc<RouteMetrics> {
+        if let Some(m) = self.routes.get(label) {
+            return m.clone();
+        }
+        if label == UNMATCHED {
+            return self.unmatched.clone();
+        }
+        let read = self.matched.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = read.get(label) {
+            return m.clone();
+        }
+        drop(read);
+        let mut write = self.matched.write().unwrap_or_else(|e| e.into_inner());
+        let m = write
+            .entry(label.to_owned())
+            .or_insert_with(|| Arc::new(RouteMetrics::new(label)));
+        m.clone()
     }
 
     pub(crate) fn uncovered(&self) -> &Arc<RouteMetrics> {
@@ -225,7 +245,12 @@ mod tests {
         let meters = Meters::for_policy(&policy);
         assert_eq!(meters.route("POST /a/{id}").route(), "POST /a/{id}");
         assert_eq!(meters.route(UNMATCHED).route(), UNMATCHED);
-        assert_eq!(meters.route("POST /elsewhere").route(), UNMATCHED);
+        assert_eq!(
+            meters.route("POST /matched/{id}").route(),
+            "POST /matched/{id}"
+        );
+        let again = meters.route("POST /matched/{id}");
+        assert!(Arc::ptr_eq(&again, &meters.route("POST /matched/{id}")));
         assert_eq!(meters.uncovered().route(), UNCOVERED);
     }
 }

@@ -8,32 +8,13 @@ use http::{HeaderName, Method, StatusCode};
 use idemgate_core::engine::{DecisionPolicy, LeaseExpiredPolicy};
 use idemgate_core::lifecycle::{LifecycleConfig, RoutePlan};
 
-use crate::jwt::JwtVerifier;
+use crate::metrics::UNMATCHED;
+use crate::principal::PrincipalSource;
+use crate::template::parse_method;
 
 mod status;
 
 pub use status::{StatusAction, StatusPattern};
-
-/// Where the principal (the caller a record belongs to) comes from.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum PrincipalSource {
-    /// SHA-256 of the `Authorization` header (default).
-    #[default]
-    AuthorizationHash,
-    /// The value of a header set by the authentication layer in front (e.g. `x-user-id`).
-    /// A request carrying it more than once, or as a comma-separated list, gets `400`
-    /// `ambiguous-principal`.
-    Header(HeaderName),
-    /// A claim (e.g. `sub`) of the `Authorization: Bearer` JWT, verified by `verifier`
-    /// (RFC 7519, RFC 6750); an invalid token gets `401` `invalid-token`. The principal is
-    /// `jwt:<claim>:<hash>` (see [`crate::jwt`]), so a refreshed token keeps the scope.
-    Jwt {
-        /// The claim naming the caller: a string or an integer.
-        claim: String,
-        /// The verifier holding the keys, loaded once.
-        verifier: Arc<JwtVerifier>,
-    },
-}
 
 /// The knobs of one route. [`RoutePolicy::default`] gives the DESIGN.md defaults.
 #[derive(Clone, Debug)]
@@ -197,6 +178,8 @@ pub struct Policy {
     /// writes (1,024 writes, 64 MiB).
     pub lifecycle: LifecycleConfig,
     default_route: Arc<RoutePolicy>,
+    /// The source [`Policy::with_principal`] set, for routes added after it.
+    principal: Option<PrincipalSource>,
     routes: Vec<(String, Arc<RoutePolicy>)>,
     matchers: HashMap<Method, matchit::Router<usize>>,
 }
@@ -219,6 +202,7 @@ impl Default for Policy {
                 idemgate_core::key::DEFAULT_MAX_LEN,
             ),
             default_route: Arc::default(),
+            principal: None,
             problem_type_base: DEFAULT_PROBLEM_BASE.to_owned(),
             lifecycle: LifecycleConfig::default(),
             routes: Vec::new(),
@@ -227,32 +211,13 @@ impl Default for Policy {
     }
 }
 
-/// Parses a method name. Methods are case-sensitive (RFC 9110 §9.1), so `post` is not
-/// `POST`: a lower-case spelling of a standard method is refused, since it would silently
-/// cover nothing.
-///
-/// # Errors
-/// A message naming the method.
-pub fn parse_method(name: &str) -> Result<Method, String> {
-    let upper = name.to_ascii_uppercase();
-    let standard = [
-        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
-    ];
-    if name != upper && standard.contains(&upper.as_str()) {
-        return Err(format!(
-            "`{name}` is not a standard method; methods are case-sensitive (did you mean {upper}?)"
-        ));
-    }
-    Method::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not an HTTP method"))
-}
-
 /// A resolved route: its scope name and policy.
 #[derive(Debug)]
 pub struct Resolved<'a> {
     /// The route part of the scope: the template, or `METHOD /concrete/path` if none matched.
     pub route: std::borrow::Cow<'a, str>,
     /// The route template for metric labels: the template, or `(unmatched)`.
-    pub label: &'a str,
+    pub label: std::borrow::Cow<'a, str>,
     /// The policy to apply.
     pub policy: &'a Arc<RoutePolicy>,
 }
@@ -264,7 +229,10 @@ impl Policy {
     /// [`PolicyError::BadRoute`] for a malformed or duplicate template, one the router would
     /// not match as meant (`:id` or `*rest` instead of `{id}` or `{*rest}`, unbalanced braces),
     /// with the right spelling, or one with more than [`MAX_ROUTE_PARAMS`] parameters.
-    pub fn with_route(mut self, route: &str, policy: RoutePolicy) -> Result<Self, PolicyError> {
+    ///
+    /// After [`Policy::with_principal`], a route whose `principal` is left at its default
+    /// gets that source too.
+    pub fn with_route(mut self, route: &str, mut policy: RoutePolicy) -> Result<Self, PolicyError> {
         let bad = |reason: String| PolicyError::BadRoute {
             route: route.to_owned(),
             reason,
@@ -291,6 +259,11 @@ impl Policy {
             .map_err(|e| bad(crate::template::insert_error(e, &method, path)))?;
         if !self.methods.contains(&method) {
             self.methods.push(method.clone());
+        }
+        if let Some(source) = &self.principal {
+            if policy.principal == PrincipalSource::default() {
+                policy.principal = source.clone();
+            }
         }
         self.routes
             .push((format!("{method} {path}"), Arc::new(policy)));
@@ -322,15 +295,67 @@ impl Policy {
             let (route, policy) = &self.routes[*m.value];
             return Some(Resolved {
                 route: route.as_str().into(),
-                label: route,
+                label: route.as_str().into(),
                 policy,
             });
         }
         Some(Resolved {
             route: format!("{method} {path}").into(),
-            label: "(unmatched)",
+            label: UNMATCHED.into(),
             policy: &self.default_route,
         })
+    }
+
+    /// The route and policy for a request with `parts`, or `None` when its method is not
+    /// covered. Under axum's `Router::route_layer` (feature `axum`), a request carries the
+    /// template of the route it matched (`MatchedPath`): a configured route with that very
+    /// template applies, then one matching the path, and otherwise the default policy,
+    /// scoped and labelled by that template, so routes are declared once, in axum.
+    pub fn resolve_parts<'a>(&'a self, parts: &http::request::Parts) -> Option<Resolved<'a>> {
+        #[cfg(feature = "axum")]
+        if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
+            return self.resolve_template(&parts.method, parts.uri.path(), matched.as_str());
+        }
+        self.resolve(&parts.method, parts.uri.path())
+    }
+
+    /// [`Policy::resolve_parts`] for a request that matched `template`.
+    #[cfg(feature = "axum")]
+    fn resolve_template<'a>(
+        &'a self,
+        method: &Method,
+        path: &str,
+        template: &str,
+    ) -> Option<Resolved<'a>> {
+        let route = format!("{method} {template}");
+        if let Some((r, policy)) = self.routes.iter().find(|(r, _)| *r == route) {
+            let (route, label) = (r.as_str().into(), r.as_str().into());
+            return Some(Resolved {
+                route,
+                label,
+                policy,
+            });
+        }
+        match self.resolve(method, path)? {
+            matched if matched.label != UNMATCHED => Some(matched),
+            _ => Some(Resolved {
+                label: route.clone().into(),
+                route: route.into(),
+                policy: &self.default_route,
+            }),
+        }
+    }
+
+    /// Sets the principal source ([`crate::principal`]) of the default policy, of every
+    /// route added so far, and of routes added later that leave `principal` at its default.
+    #[must_use]
+    pub fn with_principal(mut self, source: PrincipalSource) -> Self {
+        self.principal = Some(source.clone());
+        Arc::make_mut(&mut self.default_route).principal = source.clone();
+        for (_, policy) in &mut self.routes {
+            Arc::make_mut(policy).principal = source.clone();
+        }
+        self
     }
 }
 

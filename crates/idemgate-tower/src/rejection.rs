@@ -1,7 +1,11 @@
 //! HTTP answers of the contract as RFC 9457 problem details (`application/problem+json`).
 //!
-//! Each problem's `type` is the configured base URI plus `#anchor`, where the anchor names a
-//! section of `docs/errors.md` that explains the error and what the client should do.
+//! Each problem's `type` is the configured base URI plus `#anchor` (or the anchor directly
+//! after a URN base, [`crate::policy::DEFAULT_PROBLEM_BASE`]), where the anchor names a section of
+//! `docs/errors.md` that explains the error and what the client should do.
+//! [`IdempotencyRejection::catalogue`] lists one of each kind.
+
+use std::fmt;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
@@ -10,6 +14,8 @@ use idemgate_core::KeyError;
 
 use crate::body::BoxBody;
 use crate::jwt::TokenError;
+#[cfg(feature = "axum")]
+use crate::policy::DEFAULT_PROBLEM_BASE;
 
 /// Why idemgate answered a request itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +80,18 @@ pub enum IdempotencyRejection {
     /// `502`: the upstream's response broke off after its headers; the operation may have
     /// run, so the record is failed.
     UpstreamResponseFailed,
+    /// `502`: the upstream could not be reached; nothing was sent, so the key was released
+    /// (the gateway's answer to an inner [`NotSent`](crate::NotSent) error).
+    UpstreamUnreachable,
+    /// `502`: the connection to the upstream failed after the request was sent; the
+    /// operation may have run, so the record is failed.
+    UpstreamFailed,
+    /// `502`: the upstream's response head had more header fields than the gateway accepts
+    /// (`max_response_headers`); the operation may have run, so the record is failed.
+    UpstreamHeadTooLarge,
+    /// `504`: the upstream did not answer within its timeout; the operation may have run,
+    /// so the record is failed.
+    UpstreamTimeout,
     /// `500`: an internal failure in idemgate; nothing is known to have run.
     Internal,
     /// `429` with `Retry-After`: this caller is over a per-principal limit of the route
@@ -117,7 +135,11 @@ impl IdempotencyRejection {
             | Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ResponseNotKept { .. } => StatusCode::GONE,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::UpstreamResponseFailed => StatusCode::BAD_GATEWAY,
+            Self::UpstreamResponseFailed
+            | Self::UpstreamUnreachable
+            | Self::UpstreamFailed
+            | Self::UpstreamHeadTooLarge => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::PrincipalLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
@@ -140,6 +162,9 @@ impl IdempotencyRejection {
             Self::RecordCorrupt => "record-corrupt",
             Self::StoreUnavailable => "store-unavailable",
             Self::UpstreamResponseFailed => "upstream-response-failed",
+            Self::UpstreamUnreachable => "upstream-unreachable",
+            Self::UpstreamFailed | Self::UpstreamHeadTooLarge => "upstream-failed",
+            Self::UpstreamTimeout => "upstream-timeout",
             Self::Internal => "internal",
             Self::PrincipalLimited { .. } => "principal-limited",
         }
@@ -165,6 +190,10 @@ impl IdempotencyRejection {
             Self::RecordCorrupt => "Stored record corrupt",
             Self::StoreUnavailable => "Idempotency store unavailable",
             Self::UpstreamResponseFailed => "Upstream response failed",
+            Self::UpstreamUnreachable | Self::UpstreamFailed | Self::UpstreamHeadTooLarge => {
+                "Bad gateway"
+            }
+            Self::UpstreamTimeout => "Upstream timeout",
             Self::Internal => "Internal error",
             Self::PrincipalLimited { .. } => "Too many requests from this caller",
         }
@@ -193,6 +222,10 @@ impl IdempotencyRejection {
             Self::RecordCorrupt => "The stored result for this idempotency key is damaged and is not replayed. The operation ran before; check the resource instead of retrying with a new key.".into(),
             Self::StoreUnavailable => "The idempotency store is unreachable or too slow, so the request was not forwarded. Retry with the same key after the time in Retry-After.".into(),
             Self::UpstreamResponseFailed => "The upstream's response broke off after it began, so the operation may have run. The key is marked failed; check the operation's result before using a new key.".into(),
+            Self::UpstreamUnreachable => "The API could not be reached; nothing was sent. Retry the request (with the same idempotency key, if it had one).".into(),
+            Self::UpstreamFailed => "The connection to the API failed after the request was sent, so the operation may have run. The key is marked failed; check the result before using a new key.".into(),
+            Self::UpstreamHeadTooLarge => "The API's response had more header fields than the gateway accepts (max_response_headers), so it was not delivered. The operation may have run: the key is marked failed; check the result before using a new key.".into(),
+            Self::UpstreamTimeout => "The API did not answer in time. The operation may have run: the key is marked failed; check the result before using a new key.".into(),
             Self::Internal => "An internal error occurred. Retry with the same key.".into(),
             Self::PrincipalLimited { kind: LimitKind::InFlight, .. } => "Too many of your requests are in progress on this operation; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
             Self::PrincipalLimited { kind: LimitKind::NewKeys, .. } => "You are sending new idempotency keys faster than this operation allows; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
@@ -238,7 +271,7 @@ impl IdempotencyRejection {
 /// An RFC 9457 problem response: `{"type","title","status","detail"}` with
 /// `Content-Type: application/problem+json`; `type` is `type_base` + `anchor` when the base
 /// ends with `:` (`urn:idemgate:problem:invalid-key`), else `type_base#anchor`.
-pub fn problem(
+fn problem(
     status: StatusCode,
     type_base: &str,
     anchor: &str,
@@ -264,3 +297,32 @@ pub fn problem(
     );
     resp
 }
+
+impl fmt::Display for IdempotencyRejection {
+    /// `<status> <title>: <detail>`, e.g. `409 Request in progress: A request with...`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = self.status().as_u16();
+        write!(f, "{status} {}: {}", self.title(), self.detail())
+    }
+}
+
+impl std::error::Error for IdempotencyRejection {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::InvalidKey(e) => Some(e),
+            Self::InvalidToken(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The problem response with the default `type` base ([`crate::policy::DEFAULT_PROBLEM_BASE`]), so a
+/// handler can return a rejection (`Result<_, IdempotencyRejection>`).
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for IdempotencyRejection {
+    fn into_response(self) -> axum::response::Response {
+        IdempotencyRejection::into_response(self, DEFAULT_PROBLEM_BASE).map(axum::body::Body::new)
+    }
+}
+
+mod catalogue;

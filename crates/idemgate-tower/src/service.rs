@@ -1,66 +1,63 @@
-//! [`Idempotency`]: the middleware service, and admission of covered requests.
+//! [`Idempotency`]: the middleware service.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use idemgate_core::fingerprint::CURRENT_VERSION;
-use idemgate_core::key::parse_header_values_with;
-use idemgate_core::{BoxError, IdempotencyStore, Lifecycle, ScopedKey};
-use tokio::time::Instant;
+use idemgate_core::{BoxError, IdempotencyStore, Lifecycle};
 use tokio_util::task::TaskTracker;
 use tower::Service;
 
-use crate::access::Access;
-use crate::admission::{content_length, principal_of};
-use crate::body::{boxed, full, BoxBody};
-use crate::execute::{rejection, run, Answered, Covered};
-use crate::fingerprint::FingerprintJob;
-use crate::headers::{IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};
+use crate::admission::{handle, Ctx};
+use crate::body::{boxed, BoxBody};
+use crate::future::ResponseFuture;
+use crate::layer::IdempotencyLayer;
 use crate::limits::Limiter;
-use crate::metrics::{Meters, RouteMetrics};
-use crate::policy::{Policy, Resolved};
-use crate::rejection::IdempotencyRejection;
+use crate::metrics::Meters;
+use crate::policy::Policy;
+use crate::replay::IDEMPOTENT_TAKEOVER;
 
 /// The idempotency middleware. For each request:
 ///
-/// 1. A method that is not covered passes through untouched.
+/// 1. A method that is not covered passes through untouched (its future is not boxed).
 /// 2. The key header is parsed (`400` if malformed); without one, the request passes through,
 ///    or gets `400` if the route requires a key.
-/// 3. The principal is read (`401` without one or with an invalid token, `400` if
-///    ambiguous), its per-principal limits of the route are checked (`429`, see
-///    [`crate::limits`]), the body is buffered up to `max_body_bytes` (`413` above), and the
-///    fingerprint is computed: inline for small identity bodies, on the blocking pool (one
-///    job per CPU) for large or encoded ones; an encoded body that decodes past the route's
-///    decoded-body limit gets `413`.
+/// 3. The principal is read ([`crate::principal`]: `401` without one or with an invalid
+///    token, `400` if ambiguous), its per-principal limits of the route are checked (`429`,
+///    see [`crate::limits`]), the body is buffered up to `max_body_bytes` (`413` above), and
+///    the fingerprint is computed: inline for small identity bodies, on the blocking pool
+///    (one job per CPU) for large or encoded ones; an encoded body that decodes past the
+///    route's decoded-body limit gets `413`.
 /// 4. The core lifecycle ([`idemgate_core::lifecycle`]) acquires (principal, route, key) and
 ///    decides. A live record is answered from: replay, `409` in flight, `422` mismatch,
 ///    `500` failed, `500` outcome unknown (a lapsed lease), `500` record corrupt, `410` not
 ///    kept. A store failure or timeout is `503` (or an unrecorded forward on `fail_open`
 ///    routes).
-/// 5. The request is forwarded (with `Idempotent-Takeover: true` after a takeover) while
-///    the lease is renewed every third of its TTL; the response is stored, or the record
-///    released or failed by the route's status rules. The outcome write is retried until it
-///    lands; the client gets its response once the write landed or the store deadline
-///    passed, whichever comes first.
+/// 5. The request is forwarded (with `Idempotent-Takeover: true` after a takeover, and a
+///    [`LeaseHandle`](crate::LeaseHandle) in its extensions) while the lease is renewed
+///    every third of its TTL; the response is stored, or the record released or failed by
+///    the route's status rules. The outcome write is retried until it lands; the client gets
+///    its response once the write landed or the store deadline passed, whichever comes first.
+///
+/// Every answer idemgate gives itself is an [`IdempotencyRejection`](crate::IdempotencyRejection)
+/// as `application/problem+json`; the inner service's errors pass through as `S::Error`.
 ///
 /// # Cancel safety
 /// From step 4 on, the work runs in its own task: a client that disconnects drops only the
 /// response future, while the acquire, the forwarded operation and the write of its outcome
 /// run to the end. Otherwise a retry would find the key released, or in progress forever,
-/// and could run the operation twice.
+/// and could run the operation twice. Await [`IdempotencyLayer::drain`] before the runtime
+/// stops.
 #[derive(Debug)]
 pub struct Idempotency<S, St> {
-    inner: S,
-    lifecycle: Lifecycle<St>,
-    policy: Arc<Policy>,
-    tasks: TaskTracker,
-    limiter: Arc<Limiter>,
-    meters: Arc<Meters>,
+    pub(crate) inner: S,
+    pub(crate) lifecycle: Lifecycle<St>,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) tasks: TaskTracker,
+    pub(crate) limiter: Arc<Limiter>,
+    pub(crate) meters: Arc<Meters>,
 }
 
 impl<S: Clone, St> Clone for Idempotency<S, St> {
@@ -77,51 +74,42 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
 }
 
 impl<S, St: IdempotencyStore> Idempotency<S, St> {
-    /// Wraps `inner`.
-    pub fn new(inner: S, store: Arc<St>, policy: Arc<Policy>) -> Self {
-        let lifecycle = Lifecycle::new(store, policy.lifecycle.clone());
-        Self::with_lifecycle(inner, lifecycle, policy, TaskTracker::new())
+    /// Wraps `inner`, recording in `store` under `policy` (a service of its own; prefer
+    /// [`IdempotencyLayer`], whose services share detached work and limits).
+    pub fn new(inner: S, store: St, policy: Policy) -> Self {
+        IdempotencyLayer::new(store, policy).wrap(inner)
+    }
+
+    /// A layer that wraps services in this middleware: [`IdempotencyLayer::new`].
+    pub fn layer(store: St, policy: Policy) -> IdempotencyLayer<St> {
+        IdempotencyLayer::new(store, policy)
     }
 }
 
 impl<S, St> Idempotency<S, St> {
-    /// Wraps `inner` around `lifecycle`, spawning detached work on `tasks` (see
-    /// [`crate::IdempotencyLayer::detached_tasks`]).
-    pub fn with_lifecycle(
-        inner: S,
-        lifecycle: Lifecycle<St>,
-        policy: Arc<Policy>,
-        tasks: TaskTracker,
-    ) -> Self {
-        Self {
-            inner,
-            lifecycle,
-            meters: Arc::new(Meters::for_policy(&policy)),
-            policy,
-            tasks,
-            limiter: Arc::default(),
-        }
-    }
-
-    /// Shares `limiter` (the per-principal limits' state) with the layer's other services.
-    pub(crate) fn sharing_limits(mut self, limiter: Arc<Limiter>) -> Self {
-        self.limiter = limiter;
-        self
-    }
-
-    /// The detached tasks of this service: await them before shutting the runtime down.
-    pub fn detached_tasks(&self) -> &TaskTracker {
-        &self.tasks
-    }
-
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, consuming the middleware.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<St> {
         self.lifecycle.store()
+    }
+
+    /// The detached tasks of this service: see [`IdempotencyLayer::drain`].
+    pub fn detached_tasks(&self) -> &TaskTracker {
+        &self.tasks
     }
 }
 
@@ -138,13 +126,19 @@ where
 {
     type Response = Response<BoxBody>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, S::Error>>;
+    type Future = ResponseFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        // Reserved: only idemgate says a request is a takeover; never trusted from clients.
+        req.headers_mut().remove(IDEMPOTENT_TAKEOVER);
+        if !self.policy.methods.contains(req.method()) {
+            let uncovered = self.meters.uncovered().clone();
+            return ResponseFuture::pass_through(self.inner.call(req.map(boxed)), uncovered);
+        }
         // `self.inner` was driven to readiness; a clone may not be. Keep the ready one for
         // this call and leave the clone for the next poll_ready.
         let clone = self.inner.clone();
@@ -156,165 +150,6 @@ where
             limiter: self.limiter.clone(),
             meters: self.meters.clone(),
         };
-        Box::pin(handle(inner, ctx, req))
+        ResponseFuture::covered(Box::pin(handle(inner, ctx, req)))
     }
-}
-
-/// What a request shares with the service.
-struct Ctx<St> {
-    lifecycle: Lifecycle<St>,
-    policy: Arc<Policy>,
-    tasks: TaskTracker,
-    limiter: Arc<Limiter>,
-    meters: Arc<Meters>,
-}
-
-/// Steps 1 to 5 of [`Idempotency`], with the access log line and the duration of covered
-/// requests.
-async fn handle<S, St, B, ResB>(
-    inner: S,
-    ctx: Ctx<St>,
-    mut req: Request<B>,
-) -> Result<Response<BoxBody>, S::Error>
-where
-    S: Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    St: IdempotencyStore,
-{
-    let started = Instant::now();
-    // Reserved: only idemgate says a request is a takeover; never trusted from clients.
-    req.headers_mut().remove(IDEMPOTENT_TAKEOVER);
-    let Some(resolved) = ctx.policy.resolve(req.method(), req.uri().path()) else {
-        return pass_through(inner, req, ctx.meters.uncovered()).await;
-    };
-    let meters = ctx.meters.route(resolved.label).clone();
-    let mut access = Access::start(&meters, started);
-    let answered = admit(inner, &ctx, resolved, &meters, &mut access, req).await;
-    access.finish(&answered);
-    answered.1
-}
-
-async fn admit<S, St, B, ResB>(
-    inner: S,
-    ctx: &Ctx<St>,
-    resolved: Resolved<'_>,
-    meters: &Arc<RouteMetrics>,
-    access: &mut Access<'_>,
-    req: Request<B>,
-) -> Answered<S::Error>
-where
-    S: Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-    St: IdempotencyStore,
-{
-    let policy = &ctx.policy;
-    let reject = |r| {
-        let (outcome, response) = rejection(meters, &policy.problem_type_base, r);
-        (outcome, Ok(response))
-    };
-    let (min, max) = policy.key_len;
-    let values = req.headers().get_all(&policy.header_name);
-    let key = match parse_header_values_with(values.iter().map(|v| v.as_bytes()), min, max) {
-        Err(e) => return reject(IdempotencyRejection::InvalidKey(e)),
-        Ok(None) if resolved.policy.key_required => {
-            return reject(IdempotencyRejection::MissingKey {
-                header: policy.header_name.to_string(),
-            })
-        }
-        Ok(None) => {
-            meters.count("bypassed");
-            return ("bypassed", pass_through(inner, req, meters).await);
-        }
-        Ok(Some(key)) => key,
-    };
-    access.key(key.as_str());
-    let rp = resolved.policy.clone();
-    let principal = match principal_of(req.headers(), &rp.principal) {
-        Ok(Some(p)) => p,
-        Ok(None) if rp.allow_anonymous => "anonymous".to_owned(),
-        Ok(None) => return reject(IdempotencyRejection::MissingPrincipal),
-        Err(refused) => return reject(refused),
-    };
-    access.principal(&principal);
-
-    let ticket = match ctx.limiter.admit(&rp.limits, resolved.label, &principal) {
-        Ok(ticket) => ticket,
-        Err(limited) => return reject(limited.into()),
-    };
-    let (mut parts, body) = req.into_parts();
-    let too_large = IdempotencyRejection::BodyTooLarge {
-        limit: rp.max_body_bytes,
-    };
-    if content_length(&parts.headers).is_some_and(|n| n > rp.max_body_bytes as u64) {
-        return reject(too_large);
-    }
-    let bytes = match Limited::new(body, rp.max_body_bytes).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => return reject(too_large),
-        Err(_) => return reject(IdempotencyRejection::BodyUnreadable),
-    };
-    let job = Arc::new(FingerprintJob {
-        method: parts.method.clone(),
-        uri: parts.uri.clone(),
-        headers: parts.headers.clone(),
-        route: resolved.route.to_string(),
-        policy: rp.clone(),
-        body: bytes.clone(),
-        principal: principal.clone(),
-    });
-    let fingerprint = match job.clone().run(CURRENT_VERSION).await {
-        Ok(f) => f,
-        Err(r) => return reject(r),
-    };
-    parts.headers.remove(IDEMPOTENT_REPLAYED);
-    let covered = Covered {
-        scope: ScopedKey {
-            principal,
-            route: resolved.route.into_owned(),
-            key,
-        },
-        meters: meters.clone(),
-        fingerprint,
-        job,
-        policy: policy.clone(),
-        route: rp,
-        ticket,
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let request = Request::from_parts(parts, full(bytes));
-    let lifecycle = ctx.lifecycle.clone();
-    ctx.tasks.spawn(run(inner, lifecycle, covered, request, tx));
-    match rx.await {
-        Ok(answered) => answered,
-        Err(_) => reject(IdempotencyRejection::Internal),
-    }
-}
-
-/// Forwards `req` untouched, counting the upstream's answer under `meters`.
-pub(crate) async fn pass_through<S, B, ResB>(
-    mut inner: S,
-    req: Request<B>,
-    meters: &RouteMetrics,
-) -> Result<Response<BoxBody>, S::Error>
-where
-    S: Service<Request<BoxBody>, Response = Response<ResB>>,
-    ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    let started = Instant::now();
-    let called = inner.call(req.map(boxed)).await;
-    meters.upstream(called.as_ref().ok().map(Response::status), started);
-    Ok(called?.map(boxed))
 }

@@ -7,10 +7,12 @@
 //!      -H 'Idempotency-Key: 1f0c4c3e-6a80-4b7e-9d9b-cc1b8f1f0a11' -d '{"amount": 1000}'
 //! ```
 //!
-//! The `IdempotencyLayer` acquires the key and hands the handler a [`LeaseHandle`]. The
-//! handler inserts the payment and calls `PostgresStore::complete_using` on its own
-//! transaction before committing, then marks the handle completed so the layer writes nothing
-//! more. What happens when things go wrong:
+//! The `IdempotencyLayer` (on the route, through `route_layer`) acquires the key and hands
+//! the handler a [`LeaseHandle`] (an axum extractor). The handler inserts the payment and
+//! calls `lease.complete_in(&mut *tx, response)` before committing: one call that stores the
+//! response through the layer's header filter (here the `Set-Cookie` is sent to the first
+//! client but never stored or replayed) and tells the layer to write nothing more. What
+//! happens when things go wrong:
 //!
 //! - **The transaction rolls back** (an error, or the process dies before `COMMIT`): neither
 //!   the payment nor the completion is stored. The key stays `in_progress` under its lease;
@@ -25,22 +27,22 @@
 //! Settings (environment): `DATABASE_URL` (required), `LISTEN` (default `127.0.0.1:3001`),
 //! `PAYMENTS_TABLE` (default `payments`), `IDEMPOTENCY_TABLE` (default `idempotency_records`),
 //! `LEASE_TTL_MS` (default 10000). A request with `X-Pause-Before-Commit-Ms: N` waits N ms
-//! between the insert and the commit, so a test can kill the process there.
+//! between the insert and the commit, so a test can kill the process there; one with
+//! `X-Fail-Before-Commit: 1` returns `500` after the completion, before the commit, so the
+//! transaction rolls back.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use bytes::Bytes;
-use idemgate_core::{LeaseExpiredPolicy, StoredResponse};
-use idemgate_postgres::PostgresStore;
-use idemgate_tower::{IdempotencyLayer, LeaseHandle, Policy, RoutePolicy};
+use idemgate::{
+    IdempotencyLayer, LeaseExpiredPolicy, LeaseHandle, Policy, PostgresStore, RoutePolicy,
+};
 use serde::Deserialize;
-use tower::Layer;
 
 #[derive(Clone)]
 struct App {
@@ -82,23 +84,27 @@ async fn main() -> anyhow::Result<()> {
             ..RoutePolicy::default()
         },
     )?;
-    let api = Router::new()
+    let idempotency = IdempotencyLayer::from_arc(store.clone(), policy);
+    let app = Router::new()
         .route("/payments", post(create_payment))
+        .route_layer(idempotency.clone())
         .route("/payments/count", get(count_payments))
-        .with_state(App {
-            store: store.clone(),
-            payments,
-        });
-    let app = Router::new().fallback_service(IdempotencyLayer::new(store, policy).layer(api));
+        .with_state(App { store, payments });
     let listener = tokio::net::TcpListener::bind(env("LISTEN", "127.0.0.1:3001")).await?;
     println!("payments service on http://{}", listener.local_addr()?);
-    axum::serve(listener, app).await?;
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await?;
+    let _ = tokio::time::timeout(Duration::from_secs(30), idempotency.drain()).await;
     Ok(())
 }
 
 async fn create_payment(
     State(app): State<App>,
-    Extension(lease): Extension<LeaseHandle>,
+    lease: LeaseHandle,
     headers: HeaderMap,
     Json(p): Json<NewPayment>,
 ) -> Result<Response, (StatusCode, String)> {
@@ -113,23 +119,6 @@ async fn create_payment(
     .fetch_one(&mut *tx)
     .await
     .map_err(|e| fail(&e))?;
-
-    let body = Bytes::from(
-        serde_json::to_vec(&serde_json::json!({"id": id, "amount": p.amount})).unwrap_or_default(),
-    );
-    let location = format!("/payments/{id}");
-    let stored = StoredResponse {
-        status: 201,
-        headers: vec![
-            (
-                "content-type".into(),
-                Bytes::from_static(b"application/json"),
-            ),
-            ("location".into(), Bytes::from(location.clone())),
-        ],
-        body: body.clone(),
-        replayable: true,
-    };
     if let Some(ms) = headers
         .get("x-pause-before-commit-ms")
         .and_then(|v| v.to_str().ok())
@@ -137,22 +126,24 @@ async fn create_payment(
     {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    // The key's completion and the payment commit together.
-    app.store
-        .complete_using(&mut tx, lease.lease(), &stored)
-        .await
-        .map_err(|e| fail(&e))?;
-    tx.commit().await.map_err(|e| fail(&e))?;
-    lease.mark_completed();
-    Ok((
+    let created = (
         StatusCode::CREATED,
         [
-            (header::CONTENT_TYPE, "application/json".to_owned()),
-            (header::LOCATION, location),
+            (header::LOCATION, format!("/payments/{id}")),
+            (header::SET_COOKIE, format!("last_payment={id}")),
         ],
-        body,
-    )
-        .into_response())
+        Json(serde_json::json!({"id": id, "amount": p.amount})),
+    );
+    // The key's completion and the payment commit together.
+    let response = lease
+        .complete_in(&mut tx, created)
+        .await
+        .map_err(|e| fail(&e))?;
+    if headers.contains_key("x-fail-before-commit") {
+        return Err(fail(&"failed before commit")); // `tx` drops: both roll back
+    }
+    tx.commit().await.map_err(|e| fail(&e))?;
+    Ok(response)
 }
 
 async fn count_payments(State(app): State<App>) -> Result<String, StatusCode> {

@@ -129,3 +129,69 @@ async fn a_crash_before_commit_leaves_one_payment_and_the_retry_gets_the_real_an
             .await;
     }
 }
+
+/// A handler error after the one-call completion rolls both back; the key then behaves as
+/// documented (`409` until the lease lapses, then one takeover), and the stored response
+/// went through the layer's header filter (its `Set-Cookie` is never replayed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_after_completing_leaves_the_key_to_lapse_and_run_once() {
+    let Ok(url) = std::env::var("IDEMGATE_TEST_DATABASE_URL") else {
+        println!("skipping: IDEMGATE_TEST_DATABASE_URL is not set");
+        return;
+    };
+    let tag = format!("{:010x}", rand::random::<u64>() >> 24);
+    let (payments, idem) = (format!("pay_{tag}"), format!("idem_{tag}"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let key = format!("rollback-{tag}");
+    let service = start(&url, port, &payments, &idem);
+    let failed = pay(&service.base, &key, None)
+        .header("x-fail-before-commit", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), 500);
+    assert_eq!(count(&url, &payments).await, 0, "the payment rolled back");
+    let conflict = pay(&service.base, &key, None).send().await.unwrap();
+    assert_eq!(conflict.status(), 409, "in progress under the lease");
+
+    let mut first = None;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let resp = pay(&service.base, &key, None).send().await.unwrap();
+        if resp.status() == 201 {
+            first = Some(resp);
+            break;
+        }
+        assert_eq!(resp.status(), 409);
+    }
+    let first = first.expect("a takeover after the lease lapsed");
+    assert!(
+        first.headers().get("set-cookie").is_some(),
+        "the first client gets it"
+    );
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let answer: serde_json::Value = first.json().await.unwrap();
+    assert_eq!(count(&url, &payments).await, 1, "exactly one payment");
+
+    let replay = pay(&service.base, &key, None).send().await.unwrap();
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert!(
+        replay.headers().get("set-cookie").is_none(),
+        "never replayed"
+    );
+    assert!(replay.headers().get("location").is_some());
+    assert_eq!(replay.json::<serde_json::Value>().await.unwrap(), answer);
+    assert_eq!(count(&url, &payments).await, 1);
+
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    for t in [payments, idem.clone(), format!("{idem}_migrations")] {
+        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
+            .execute(&pool)
+            .await;
+    }
+}

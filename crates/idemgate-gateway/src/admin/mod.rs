@@ -131,6 +131,7 @@ impl Selector {
             PrincipalSource::AuthorizationHash => "the value is blank".to_owned(),
             PrincipalSource::Jwt { claim, .. } => format!("the route's principal is `jwt:{claim}`: pass \"Bearer <token>\"; an expired token cannot be checked: pass --principal jwt:{claim}:<hash>, see the README"),
             PrincipalSource::Header(name) => format!("the route's principal is the `{name}` header; pass --principal hdr:<value>"),
+            _ => "the route's principal does not come from `Authorization`; pass --principal".to_owned(),
         };
         match idemgate_tower::principal_from_authorization(&source, value) {
             Ok(Some(principal)) => Ok(principal),

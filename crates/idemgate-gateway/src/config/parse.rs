@@ -41,3 +41,19 @@ pub(super) fn duration(field: &str, value: &str, errs: &mut Vec<String>) -> Opti
         })
         .ok()
 }
+
+/// Parses a method name. Methods are case-sensitive (RFC 9110 §9.1), so `post` is not
+/// `POST`: a lower-case spelling of a standard method is refused, since it would silently
+/// cover nothing (the rule `Policy::with_route` applies to route templates).
+pub(super) fn parse_method(name: &str) -> Result<http::Method, String> {
+    let upper = name.to_ascii_uppercase();
+    let standard = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    if name != upper && standard.contains(&upper.as_str()) {
+        return Err(format!(
+            "`{name}` is not a standard method; methods are case-sensitive (did you mean {upper}?)"
+        ));
+    }
+    http::Method::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not an HTTP method"))
+}

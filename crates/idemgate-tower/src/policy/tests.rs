@@ -87,3 +87,32 @@ fn routes_with_too_many_parameters_are_refused() {
     let escaped = format!("{}/{}", template(MAX_ROUTE_PARAMS), "{{x}}".repeat(20));
     assert!(add(&escaped).is_ok());
 }
+
+#[test]
+fn with_principal_reaches_routes_added_before_and_after_it() {
+    let user = PrincipalSource::Header(HeaderName::from_static("x-user-id"));
+    let own = PrincipalSource::Header(HeaderName::from_static("x-tenant"));
+    let p = Policy::default()
+        .with_route("POST /before", RoutePolicy::default())
+        .unwrap()
+        .with_principal(user.clone())
+        .with_route("POST /after", RoutePolicy::default())
+        .unwrap()
+        .with_route(
+            "POST /own",
+            RoutePolicy {
+                principal: own.clone(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let of = |route: &str| {
+        p.routes()
+            .find(|(r, _)| *r == route)
+            .map(|(_, rp)| rp.principal.clone())
+    };
+    assert_eq!(p.default_route().principal, user);
+    assert_eq!(of("POST /before"), Some(user.clone()));
+    assert_eq!(of("POST /after"), Some(user));
+    assert_eq!(of("POST /own"), Some(own), "a route's own source stays");
+}

@@ -3,6 +3,8 @@ use std::sync::Arc;
 use http::header::AUTHORIZATION;
 use jsonwebtoken::{encode, EncodingKey, Header};
 
+use std::fmt;
+
 use super::*;
 use crate::jwt::JwtVerifier;
 
@@ -17,6 +19,16 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         );
     }
     h
+}
+
+/// The principal `source` gives a request with `headers`.
+fn principal_of(
+    headers: &HeaderMap,
+    source: &PrincipalSource,
+) -> Result<Option<String>, IdempotencyRejection> {
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts.headers = headers.clone();
+    source.principal(&parts)
 }
 
 fn user_header() -> PrincipalSource {
@@ -137,4 +149,45 @@ fn the_operator_computes_the_gateway_principal_from_the_header() {
         crate::authorization_principal([b"Bearer bob".as_slice()])
     );
     assert_eq!(crate::authorization_principal([b"  ".as_slice()]), None);
+}
+
+#[derive(Clone, Debug)]
+struct UserId(u64);
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "u{}", self.0)
+    }
+}
+
+#[test]
+fn an_extension_names_the_caller_and_client_headers_do_not() {
+    let src = PrincipalSource::extension::<UserId>();
+    let forged = headers(&[("x-user-id", "bob"), ("authorization", "Bearer bob")]);
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts.headers = forged.clone();
+    assert_eq!(src.principal(&parts), Ok(None), "no extension: no caller");
+    parts.extensions.insert(UserId(7));
+    assert_eq!(src.principal(&parts), Ok(Some("ext:u7".into())));
+    parts.headers = HeaderMap::new();
+    assert_eq!(src.principal(&parts), Ok(Some("ext:u7".into())));
+}
+
+#[test]
+fn a_closure_names_the_caller_under_its_own_prefix() {
+    let src = PrincipalSource::from_fn(|parts| {
+        let tenant = parts.headers.get("x-tenant")?.to_str().ok()?;
+        Some(format!("tenant-{tenant}"))
+    });
+    let one = headers(&[("x-tenant", "acme")]);
+    assert_eq!(principal_of(&one, &src), Ok(Some("fn:tenant-acme".into())));
+    assert_eq!(principal_of(&headers(&[]), &src), Ok(None));
+    let blank = PrincipalSource::from_fn(|_| Some(String::new()));
+    assert_eq!(
+        principal_of(&one, &blank),
+        Ok(None),
+        "an empty name is no caller"
+    );
+    assert_eq!(src, src.clone(), "a custom source equals itself");
+    assert_ne!(src, blank);
 }

@@ -1,4 +1,4 @@
-//! Which headers are stored, replayed and stripped.
+//! Replays: which response headers are stored, and the response a retry gets back.
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -15,8 +15,8 @@ pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-
 /// Reserved: stripped from every incoming request, set only by idemgate.
 pub const IDEMPOTENT_TAKEOVER: HeaderName = HeaderName::from_static("idempotent-takeover");
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded, stored or replayed.
-pub const HOP_BY_HOP: [HeaderName; 9] = [
+/// Hop-by-hop headers (RFC 9110 §7.6.1): never stored or replayed.
+const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -29,12 +29,12 @@ pub const HOP_BY_HOP: [HeaderName; 9] = [
 ];
 
 /// True for hop-by-hop headers, including those named in `Connection`.
-pub fn is_hop_by_hop(name: &HeaderName, connection: &[HeaderName]) -> bool {
+fn is_hop_by_hop(name: &HeaderName, connection: &[HeaderName]) -> bool {
     HOP_BY_HOP.contains(name) || connection.contains(name)
 }
 
 /// The header names a `Connection` header lists.
-pub fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
+fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
     headers
         .get_all(header::CONNECTION)
         .iter()

@@ -16,16 +16,15 @@ use idemgate_core::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::admission::content_length;
+use crate::admission::fingerprint::FingerprintJob;
+use crate::admission::{content_length, pass_through};
 use crate::body::{boxed, buffer_up_to, chain, full, BoxBody, Buffered};
-use crate::fingerprint::FingerprintJob;
-use crate::headers::{headers_to_store, replay, IDEMPOTENT_TAKEOVER};
 use crate::lease::{not_sent, LeaseHandle};
 use crate::limits::Ticket;
 use crate::metrics::RouteMetrics;
 use crate::policy::{Policy, RoutePolicy, StatusAction};
 use crate::rejection::IdempotencyRejection;
-use crate::service::pass_through;
+use crate::replay::{headers_to_store, replay, IDEMPOTENT_TAKEOVER};
 
 /// Everything about a covered request that the detached task needs.
 pub(crate) struct Covered {
@@ -179,7 +178,8 @@ async fn execute<S, St, ResB>(
     St: IdempotencyStore,
 {
     let rp = &covered.route;
-    let handle = LeaseHandle::new(holder.lease.clone(), holder.takeover);
+    let store = lifecycle.store().clone();
+    let handle = LeaseHandle::new(holder.lease.clone(), holder.takeover, store, rp.clone());
     request.extensions_mut().insert(handle.clone());
     if holder.takeover {
         let takeover = HeaderValue::from_static("true");

@@ -1,0 +1,105 @@
+//! Completing a key inside the handler's PostgreSQL transaction (features `axum` and
+//! `postgres`): [`LeaseHandle::complete_in`].
+
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, Limited};
+use idemgate_core::integrity::check_storable;
+use idemgate_core::{StoreError, StoredResponse};
+use idemgate_postgres::PostgresStore;
+use sqlx::PgConnection;
+
+use crate::lease::LeaseHandle;
+use crate::policy::StatusAction;
+use crate::replay::headers_to_store;
+
+/// Why [`LeaseHandle::complete_in`] did not complete the record. In every case nothing was
+/// written: roll the transaction back (or return an error, which drops it).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompleteError {
+    /// The layer's store is not a [`PostgresStore`].
+    #[error("the idempotency layer's store is not PostgreSQL")]
+    NotPostgres,
+    /// The record was already completed through this lease.
+    #[error("the record was already completed")]
+    AlreadyCompleted,
+    /// The route's status rules do not store this status (a release or fail status, such
+    /// as `5xx`): roll back and return the error instead; the layer records it.
+    #[error("status {0} is not stored by the route's status rules")]
+    NotStored(u16),
+    /// The response body is over the route's `max_stored_response_bytes`, failed, or the
+    /// response cannot be stored ([`check_storable`]).
+    #[error("the response cannot be stored: {0}")]
+    NotStorable(String),
+    /// The store refused or failed: [`StoreError::LeaseLost`] when the lease is stale
+    /// (taken over, released), else the store's failure.
+    #[error("completing the record failed: {0}")]
+    Store(#[source] StoreError),
+}
+
+impl IntoResponse for CompleteError {
+    /// `500` `internal`: the handler's transaction did not commit, nothing is known to have
+    /// run; the record stays in progress under its lease (see [`LeaseHandle::complete_in`]).
+    fn into_response(self) -> Response {
+        tracing::warn!(error = %self, "completing the idempotency record in the transaction failed");
+        IntoResponse::into_response(crate::IdempotencyRejection::Internal)
+    }
+}
+
+impl LeaseHandle {
+    /// Completes the record with `response` inside the caller's transaction `conn` (pass
+    /// `&mut *tx`), before its commit, so the record and the business rows commit together
+    /// or not at all; returns the response to send. The stored response goes through the
+    /// layer's header filter (no hop-by-hop headers, `set-cookie`, `date` or the route's
+    /// `replay_deny_headers`), and the lease is marked completed, so the layer writes no
+    /// outcome of its own.
+    ///
+    /// If the transaction then rolls back (an error, or the process dies before `COMMIT`),
+    /// neither is stored: the key stays `in_progress` under its lease, retries get `409`
+    /// until the lease lapses (nobody renews it once the handler returned), then, on a
+    /// route with `lease_expired = Takeover`, one retry takes over and runs once more,
+    /// which is safe because the first attempt never committed.
+    ///
+    /// # Errors
+    /// [`CompleteError`]: nothing was written; roll back.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped midway, the completion may be written in `conn`; drop the
+    /// transaction too (it rolls back).
+    pub async fn complete_in(
+        &self,
+        conn: &mut PgConnection,
+        response: impl IntoResponse,
+    ) -> Result<Response, CompleteError> {
+        if self.is_completed() {
+            return Err(CompleteError::AlreadyCompleted);
+        }
+        let store = self
+            .store::<PostgresStore>()
+            .ok_or(CompleteError::NotPostgres)?;
+        let route = self.route();
+        let (parts, body) = response.into_response().into_parts();
+        if route.action_for(parts.status) != StatusAction::Store {
+            return Err(CompleteError::NotStored(parts.status.as_u16()));
+        }
+        let cap = route.max_stored_response_bytes;
+        let body = Limited::new(body, cap)
+            .collect()
+            .await
+            .map_err(|e| CompleteError::NotStorable(e.to_string()))?
+            .to_bytes();
+        let stored = StoredResponse {
+            status: parts.status.as_u16(),
+            headers: headers_to_store(&parts.headers, &route.replay_deny_headers),
+            body: body.clone(),
+            replayable: true,
+        };
+        check_storable(&stored).map_err(|e| CompleteError::NotStorable(e.to_string()))?;
+        store
+            .complete_using(conn, self.lease(), &stored)
+            .await
+            .map_err(CompleteError::Store)?;
+        self.mark_completed();
+        Ok(Response::from_parts(parts, axum::body::Body::from(body)))
+    }
+}
