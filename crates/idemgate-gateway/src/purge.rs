@@ -1,7 +1,7 @@
 //! Purging expired records: one loop for `idemgate purge` (one-shot or `--watch`) and the
 //! in-process purge of `idemgate serve` (DESIGN.md, "TTL and cleanup").
 //!
-//! A run deletes in batches ([`IdempotencyStore::purge_expired`]) until a batch comes back
+//! A run deletes in batches ([`idemgate_core::IdempotencyStore::purge_expired`]) until a batch comes back
 //! short, optionally at most `max_rate` rows per second, and records its metrics:
 //! `idempotency_purge_runs_total{result}`, `idempotency_purged_records_total`,
 //! `idempotency_purge_last_duration_seconds` and

@@ -145,6 +145,22 @@ pub(crate) fn insert_error(e: matchit::InsertError, method: &http::Method, path:
     }
 }
 
+/// Parses a method name. Methods are case-sensitive (RFC 9110 §9.1), so `post` is not
+/// `POST`: a lower-case spelling of a standard method is refused, since it would silently
+/// cover nothing.
+pub(crate) fn parse_method(name: &str) -> Result<Method, String> {
+    let upper = name.to_ascii_uppercase();
+    let standard = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    if name != upper && standard.contains(&upper.as_str()) {
+        return Err(format!(
+            "`{name}` is not a standard method; methods are case-sensitive (did you mean {upper}?)"
+        ));
+    }
+    Method::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not an HTTP method"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,20 +213,4 @@ mod tests {
             assert!(err.contains(hint), "{bad}: {err}");
         }
     }
-}
-
-/// Parses a method name. Methods are case-sensitive (RFC 9110 §9.1), so `post` is not
-/// `POST`: a lower-case spelling of a standard method is refused, since it would silently
-/// cover nothing.
-pub(crate) fn parse_method(name: &str) -> Result<Method, String> {
-    let upper = name.to_ascii_uppercase();
-    let standard = [
-        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
-    ];
-    if name != upper && standard.contains(&upper.as_str()) {
-        return Err(format!(
-            "`{name}` is not a standard method; methods are case-sensitive (did you mean {upper}?)"
-        ));
-    }
-    Method::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not an HTTP method"))
 }

@@ -52,7 +52,7 @@ impl IdempotencyRejection {
                 retry_after_secs: 2,
             },
         ];
-        debug_assert!(all.iter().all(|r| covered(r)));
+        debug_assert!(all.iter().all(covered));
         all
     }
 }
