@@ -45,6 +45,7 @@ pub mod lifecycle;
 pub mod loghash;
 #[cfg(feature = "memory")]
 pub mod memory;
+pub mod purge;
 pub mod record;
 pub mod store;
 #[cfg(feature = "testing")]
@@ -60,6 +61,7 @@ pub use lifecycle::{
 };
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;
+pub use purge::{PurgeHandle, PurgeStopped};
 pub use record::{
     now_millis, IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse,
     UnixMillis,

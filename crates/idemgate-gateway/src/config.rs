@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 use idemgate_core::LifecycleConfig;
-use idemgate_tower::Policy;
+use idemgate_tower::{Policy, RoutePolicy};
 use serde::Deserialize;
 
 use crate::store::{OpenOptions, StoreUrl};
@@ -89,6 +89,11 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// How bearer tokens are verified for `principal = "jwt:CLAIM"`. Default: absent.
     pub jwt: Option<JwtConfig>,
+    /// A file holding a secret (at least 32 bytes; trailing whitespace dropped): routes
+    /// with `principal = "authorization"` then scope by an HMAC of the header instead of
+    /// its plain SHA-256, so stored principals cannot be cracked offline. Setting, changing
+    /// or removing it changes every such caller's scope (README). Default: absent.
+    pub principal_hash_key_file: Option<String>,
 }
 
 impl Default for Config {
@@ -121,6 +126,7 @@ impl Default for Config {
             defaults: RouteConfig::builtin(),
             routes: Vec::new(),
             jwt: None,
+            principal_hash_key_file: None,
         }
     }
 }
@@ -280,7 +286,9 @@ impl Config {
         }
         let jwt = self.jwt.as_ref().map(|j| j.verifier(&mut errs));
         let jwt = Jwt::new(self.jwt.is_some(), jwt.flatten());
-        let default_route = route_policy("defaults", &defaults, &jwt, &mut errs);
+        let hmac = parse::principal_hash_key(&self.principal_hash_key_file, &mut errs);
+        let keyed = |rp: RoutePolicy| parse::keyed_principal(rp, hmac.as_ref());
+        let default_route = route_policy("defaults", &defaults, &jwt, &mut errs).map(keyed);
         let mut policy =
             Policy::default().with_default_route(default_route.clone().unwrap_or_default());
         policy.header_name = header_name.unwrap_or(HeaderName::from_static("idempotency-key"));
@@ -297,7 +305,7 @@ impl Config {
         let mut seen = std::collections::HashMap::new();
         for (i, r) in self.routes.iter().enumerate() {
             let field = format!("routes[{i}]");
-            let rp = route_policy(&field, &r.or(&inherited), &jwt, &mut errs);
+            let rp = route_policy(&field, &r.or(&inherited), &jwt, &mut errs).map(keyed);
             let Some(template) = &r.route else {
                 errs.push(format!("{field}.route: missing (e.g. \"POST /payments\")"));
                 continue;

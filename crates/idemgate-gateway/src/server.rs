@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::serve::ListenerExt;
 use axum::Router;
 use http::{Response, StatusCode};
-use idemgate_core::{BoxError, IdempotencyStore};
+use idemgate_core::{BoxError, IdempotencyStore, PurgeHandle};
 use idemgate_tower::body::BoxBody;
 use idemgate_tower::{IdempotencyLayer, IdempotencyRejection, NotSent};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -158,18 +158,19 @@ async fn serve(
             }
         });
     }
-    if let Some(every) = config.purge_interval {
-        let (store, rx) = (store.clone(), stop_rx.clone());
+    // The purge stops when its handle drops, at the latest when `serve` returns.
+    let purge = config.purge_interval.map(|every| {
+        let store = store.clone();
         let opts = PurgeOptions {
             batch: config.purge_batch,
             max_rate: None,
             dry_run: false,
         };
-        tokio::spawn(async move {
+        PurgeHandle::spawn_with(move |stop| async move {
             let quiet = || Box::new(QuietProgress) as Box<dyn crate::purge::Progress>;
-            crate::purge::watch(&*store, opts, every, false, quiet, stopped(rx)).await;
-        });
-    }
+            crate::purge::watch(&*store, opts, every, false, quiet, stop.wait()).await;
+        })
+    });
     if let Some(every) = config.gauges_interval {
         let (store, rx) = (store.clone(), stop_rx.clone());
         tokio::spawn(async move { crate::gauges::refresh(&*store, every, stopped(rx)).await });
@@ -202,6 +203,7 @@ async fn serve(
                 .await?
         }
     }
+    drop(purge);
     // Operations whose clients left still run; let them finish and record their outcome
     // (bounded by the upstream timeout, plus 5 s for outcome writes that are still being
     // retried), or their retries would get `outcome-unknown`. A write cut off here is logged

@@ -1,9 +1,11 @@
 //! The glue between a covered HTTP request and the core lifecycle: begin, forward under the
 //! lease, classify the response by the route's status rules, record the outcome.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::response::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -186,7 +188,9 @@ async fn execute<S, St, ResB>(
         request.headers_mut().insert(IDEMPOTENT_TAKEOVER, takeover);
     }
     let cap = rp.max_stored_response_bytes;
-    let forwarded = lifecycle.hold(&holder, async {
+    // A panic of the inner service (a handler's) is caught here, in the detached task:
+    // the operation may have partly run, so the record fails like a `5xx`.
+    let forwarded = AssertUnwindSafe(async {
         let started = Instant::now();
         let called = inner.call(request).await;
         covered
@@ -206,7 +210,19 @@ async fn execute<S, St, ResB>(
         };
         Ok((parts, received))
     });
-    let (parts, received) = match forwarded.await {
+    let forwarded = match lifecycle.hold(&holder, forwarded.catch_unwind()).await {
+        Ok(forwarded) => forwarded,
+        Err(_panic) => {
+            let (_, answer) = covered.reject(IdempotencyRejection::OperationPanicked);
+            if handle.is_completed() {
+                return drop(reply.send(("upstream_error", Ok(answer))));
+            }
+            covered.failed("the operation panicked");
+            let failed = ("upstream_error", Ok(answer));
+            return settle(lifecycle, &holder, Outcome::Fail, reply, failed).await;
+        }
+    };
+    let (parts, received) = match forwarded {
         Ok((parts, received)) if handle.is_completed() => {
             let (_, answer) = record(covered, parts, received);
             return drop(reply.send((tag, Ok(answer))));
@@ -359,42 +375,4 @@ fn outcome_label(r: &IdempotencyRejection) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use idemgate_core::integrity::MAX_STORED_RESPONSE_BYTES;
-
-    fn response(headers: Vec<(String, Bytes)>, body: Bytes) -> StoredResponse {
-        StoredResponse {
-            status: 201,
-            headers,
-            body,
-            replayable: true,
-        }
-    }
-
-    fn completed(outcome: Outcome) -> StoredResponse {
-        match outcome {
-            Outcome::Complete(r) => r,
-            other => panic!("expected a completed record, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn what_a_store_cannot_keep_completes_as_not_replayable() {
-        let header = || vec![("location".to_owned(), Bytes::from_static(b"/p/1"))];
-        let kept = completed(storable("r", response(header(), Bytes::from("{}"))));
-        assert!(kept.replayable);
-        assert_eq!(kept.body, "{}");
-
-        let huge = Bytes::from(vec![b'x'; MAX_STORED_RESPONSE_BYTES]);
-        let too_large = completed(storable("r", response(header(), huge)));
-        assert_eq!((too_large.status, too_large.replayable), (201, false));
-        assert!(too_large.body.is_empty());
-        assert_eq!(too_large.headers, header(), "the headers are still kept");
-
-        let bad_header = vec![(String::new(), Bytes::from_static(b"v"))];
-        let unencodable = completed(storable("r", response(bad_header, Bytes::from("{}"))));
-        assert!(!unencodable.replayable);
-        assert!(unencodable.headers.is_empty() && unencodable.body.is_empty());
-    }
-}
+mod tests;

@@ -1,8 +1,10 @@
 //! [`IdempotencyLayer`]: applies [`Idempotency`] to a service.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Duration;
 
-use idemgate_core::{IdempotencyStore, Lifecycle};
+use idemgate_core::{IdempotencyStore, Lifecycle, PurgeHandle};
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
@@ -66,6 +68,13 @@ impl<St: IdempotencyStore> IdempotencyLayer<St> {
     /// A layer that records in `store` under `policy`.
     pub fn new(store: St, policy: Policy) -> Self {
         Self::from_arc(Arc::new(store), policy)
+    }
+
+    /// Spawns the store's background purge of expired records every `every`, in batches of
+    /// `batch` ([`PurgeHandle::spawn`]); it stops when the handle is dropped, so keep it
+    /// for as long as the layer serves. Not needed on Redis, which expires records itself.
+    pub fn spawn_purge(&self, every: Duration, batch: NonZeroU32) -> PurgeHandle {
+        PurgeHandle::spawn(self.lifecycle.store().clone(), every, batch)
     }
 
     /// [`IdempotencyLayer::new`] with a store shared with other owners (a handler that

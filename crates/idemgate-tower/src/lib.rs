@@ -38,7 +38,7 @@
 //! - `axum`: routes come from axum's `MatchedPath` under `Router::route_layer`
 //!   ([`Policy::resolve_parts`]), [`IdempotencyRejection`] implements `IntoResponse`, and
 //!   [`LeaseHandle`] is an extractor.
-//! - `postgres` (with `axum`): `LeaseHandle::complete_in` completes the key inside the
+//! - `postgres` (implies `axum`): `LeaseHandle::complete_in` completes the key inside the
 //!   handler's PostgreSQL transaction, in one call.
 
 mod access;
@@ -69,7 +69,8 @@ pub use layer::IdempotencyLayer;
 pub use lease::{LeaseHandle, NotSent};
 pub use policy::{Policy, RoutePolicy, StatusAction, StatusPattern};
 pub use principal::{
-    authorization_principal, principal_from_authorization, Principal, PrincipalSource,
+    authorization_hmac, authorization_principal, principal_from_authorization, Principal,
+    PrincipalHashKey, PrincipalSource,
 };
 pub use rejection::{IdempotencyRejection, LimitKind};
 pub use replay::{IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};

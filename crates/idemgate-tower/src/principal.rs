@@ -6,6 +6,7 @@
 //! | source | reads | principal |
 //! |---|---|---|
 //! | [`PrincipalSource::AuthorizationHash`] (default) | every `Authorization` line | `auth:` + 32 hex digits |
+//! | [`PrincipalSource::AuthorizationHmac`] | every `Authorization` line, keyed | `hauth:` + 32 hex digits |
 //! | [`PrincipalSource::Header`] | one named header, set by the auth layer in front | `hdr:<value>` |
 //! | [`PrincipalSource::Jwt`] | a verified bearer token's claim | `jwt:<claim>:<hash>` |
 //! | [`PrincipalSource::extension`] | a request extension `T` (axum auth layers) | `ext:<T as Display>` |
@@ -65,6 +66,16 @@ pub enum PrincipalSource {
     /// SHA-256 of the `Authorization` header (default): see [`authorization_principal`].
     #[default]
     AuthorizationHash,
+    /// HMAC-SHA256 of the `Authorization` header with a deployment secret: as
+    /// [`PrincipalSource::AuthorizationHash`], but a stored principal (in the store, a
+    /// backup, an `inspect` output) cannot be tested offline against guessed credentials,
+    /// which matters for Basic auth and short API keys. See [`authorization_hmac`].
+    ///
+    /// Switching a route to it (or from it, or to another key) changes the scope of every
+    /// caller: keys in flight at that moment are not found by their retries, which run as
+    /// new requests. Switch while no retries of earlier requests are expected (or accept
+    /// that their retries run again).
+    AuthorizationHmac(Arc<PrincipalHashKey>),
     /// The value of a header set by the authentication layer in front (e.g. `x-user-id`).
     /// A request carrying it more than once, as a comma-separated list or with bytes
     /// outside visible ASCII gets `400` `ambiguous-principal` (RFC 9110 §5.3: repeated
@@ -114,6 +125,7 @@ impl fmt::Debug for PrincipalSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::AuthorizationHash => f.write_str("AuthorizationHash"),
+            Self::AuthorizationHmac(_) => f.write_str("AuthorizationHmac(..)"),
             Self::Header(name) => f.debug_tuple("Header").field(name).finish(),
             Self::Jwt { claim, verifier } => f
                 .debug_struct("Jwt")
@@ -130,6 +142,7 @@ impl PartialEq for PrincipalSource {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (Self::AuthorizationHash, Self::AuthorizationHash) => true,
+            (Self::AuthorizationHmac(a), Self::AuthorizationHmac(b)) => a.0 == b.0,
             (Self::Header(a), Self::Header(b)) => a == b,
             (
                 Self::Jwt { claim, verifier },
@@ -150,6 +163,10 @@ impl Principal for PrincipalSource {
         let headers = &parts.headers;
         match self {
             Self::AuthorizationHash => Ok(authorization_principal(
+                headers.get_all(AUTHORIZATION).iter().map(|v| v.as_bytes()),
+            )),
+            Self::AuthorizationHmac(key) => Ok(authorization_hmac(
+                key,
                 headers.get_all(AUTHORIZATION).iter().map(|v| v.as_bytes()),
             )),
             Self::Header(name) => {
@@ -244,6 +261,62 @@ pub fn authorization_principal<'a>(values: impl IntoIterator<Item = &'a [u8]>) -
         h.update(b"\n");
     }
     Some(format!("auth:{}", hex::encode(&h.finalize()[..16])))
+}
+
+/// The secret of [`PrincipalSource::AuthorizationHmac`]: at least
+/// [`PrincipalHashKey::MIN_BYTES`] bytes. Its `Debug` output never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PrincipalHashKey(Vec<u8>);
+
+/// A principal hash key shorter than [`PrincipalHashKey::MIN_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the principal hash key has {0} bytes; it needs at least {min}", min = PrincipalHashKey::MIN_BYTES)]
+pub struct PrincipalHashKeyTooShort(pub usize);
+
+impl PrincipalHashKey {
+    /// The shortest key, in bytes: 32, the HMAC-SHA256 block's half (RFC 2104 §3).
+    pub const MIN_BYTES: usize = 32;
+
+    /// A key of raw `bytes`.
+    ///
+    /// # Errors
+    /// [`PrincipalHashKeyTooShort`] below [`PrincipalHashKey::MIN_BYTES`].
+    pub fn new(bytes: &[u8]) -> Result<Self, PrincipalHashKeyTooShort> {
+        if bytes.len() < Self::MIN_BYTES {
+            return Err(PrincipalHashKeyTooShort(bytes.len()));
+        }
+        Ok(Self(bytes.to_vec()))
+    }
+}
+
+impl fmt::Debug for PrincipalHashKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PrincipalHashKey(..)")
+    }
+}
+
+/// The principal [`PrincipalSource::AuthorizationHmac`] gives a request whose
+/// `Authorization` lines are `values`: `hauth:` and 32 hex digits, the first 16 bytes of
+/// HMAC-SHA256 (RFC 2104) under `key` over each non-blank value followed by `\n`. `None`
+/// when every value is blank.
+pub fn authorization_hmac<'a>(
+    key: &PrincipalHashKey,
+    values: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<String> {
+    use hmac::Mac;
+    let mut values = values
+        .into_iter()
+        .filter(|v| !v.trim_ascii().is_empty())
+        .peekable();
+    values.peek()?;
+    // HMAC takes a key of any length.
+    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.0).ok()?;
+    for v in values {
+        mac.update(v);
+        mac.update(b"\n");
+    }
+    let tag = mac.finalize().into_bytes();
+    Some(format!("hauth:{}", hex::encode(&tag[..16])))
 }
 
 /// The one value of header `name`, if any; a repeated header is ambiguous.

@@ -92,6 +92,9 @@ pub enum IdempotencyRejection {
     /// `504`: the upstream did not answer within its timeout; the operation may have run,
     /// so the record is failed.
     UpstreamTimeout,
+    /// `500`: the operation (the inner service, e.g. an axum handler) panicked while it
+    /// ran; it may have partly run, so the record is failed.
+    OperationPanicked,
     /// `500`: an internal failure in idemgate; nothing is known to have run.
     Internal,
     /// `429` with `Retry-After`: this caller is over a per-principal limit of the route
@@ -132,6 +135,7 @@ impl IdempotencyRejection {
             Self::PreviousAttemptFailed
             | Self::OutcomeUnknown
             | Self::RecordCorrupt
+            | Self::OperationPanicked
             | Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ResponseNotKept { .. } => StatusCode::GONE,
             Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -165,6 +169,7 @@ impl IdempotencyRejection {
             Self::UpstreamUnreachable => "upstream-unreachable",
             Self::UpstreamFailed | Self::UpstreamHeadTooLarge => "upstream-failed",
             Self::UpstreamTimeout => "upstream-timeout",
+            Self::OperationPanicked => "operation-panicked",
             Self::Internal => "internal",
             Self::PrincipalLimited { .. } => "principal-limited",
         }
@@ -194,6 +199,7 @@ impl IdempotencyRejection {
                 "Bad gateway"
             }
             Self::UpstreamTimeout => "Upstream timeout",
+            Self::OperationPanicked => "Operation failed",
             Self::Internal => "Internal error",
             Self::PrincipalLimited { .. } => "Too many requests from this caller",
         }
@@ -226,13 +232,18 @@ impl IdempotencyRejection {
             Self::UpstreamFailed => "The connection to the API failed after the request was sent, so the operation may have run. The key is marked failed; check the result before using a new key.".into(),
             Self::UpstreamHeadTooLarge => "The API's response had more header fields than the gateway accepts (max_response_headers), so it was not delivered. The operation may have run: the key is marked failed; check the result before using a new key.".into(),
             Self::UpstreamTimeout => "The API did not answer in time. The operation may have run: the key is marked failed; check the result before using a new key.".into(),
+            Self::OperationPanicked => "The operation with this idempotency key failed while it ran, so it may have partly run. The key is marked failed; check the result before using a new key.".into(),
             Self::Internal => "An internal error occurred. Retry with the same key.".into(),
             Self::PrincipalLimited { kind: LimitKind::InFlight, .. } => "Too many of your requests are in progress on this operation; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
             Self::PrincipalLimited { kind: LimitKind::NewKeys, .. } => "You are sending new idempotency keys faster than this operation allows; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
         }
     }
 
-    /// Builds the `application/problem+json` response with base URI `type_base`.
+    /// Builds the `application/problem+json` response with base URI `type_base` (see
+    /// [`crate::policy::DEFAULT_PROBLEM_BASE`]). With feature `axum`, a handler can return
+    /// the rejection itself (`IntoResponse`, the default base); this inherent method takes
+    /// precedence in method-call syntax, so call the trait's as
+    /// `IntoResponse::into_response(rejection)`.
     pub fn into_response(self, type_base: &str) -> Response<BoxBody> {
         let mut resp = problem(
             self.status(),

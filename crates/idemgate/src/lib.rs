@@ -61,7 +61,7 @@
 pub use idemgate_core as core;
 pub use idemgate_core::{
     IdempotencyKey, IdempotencyStore, Lease, LeaseExpiredPolicy, LifecycleConfig, MemoryStore,
-    StoreError, StoredResponse,
+    PurgeHandle, StoreError, StoredResponse,
 };
 
 #[cfg(feature = "tower")]

@@ -128,7 +128,9 @@ impl Selector {
             None => PrincipalSource::AuthorizationHash,
         };
         let hint = match &source {
-            PrincipalSource::AuthorizationHash => "the value is blank".to_owned(),
+            PrincipalSource::AuthorizationHash | PrincipalSource::AuthorizationHmac(_) => {
+                "the value is blank".to_owned()
+            }
             PrincipalSource::Jwt { claim, .. } => format!("the route's principal is `jwt:{claim}`: pass \"Bearer <token>\"; an expired token cannot be checked: pass --principal jwt:{claim}:<hash>, see the README"),
             PrincipalSource::Header(name) => format!("the route's principal is the `{name}` header; pass --principal hdr:<value>"),
             _ => "the route's principal does not come from `Authorization`; pass --principal".to_owned(),

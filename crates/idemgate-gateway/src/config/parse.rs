@@ -57,3 +57,32 @@ pub(super) fn parse_method(name: &str) -> Result<http::Method, String> {
     }
     http::Method::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not an HTTP method"))
 }
+
+/// The key of `principal_hash_key_file`, if set: the file's bytes without trailing
+/// whitespace.
+pub(super) fn principal_hash_key(
+    path: &Option<String>,
+    errs: &mut Vec<String>,
+) -> Option<std::sync::Arc<idemgate_tower::PrincipalHashKey>> {
+    let path = path.as_deref()?;
+    let field = "principal_hash_key_file";
+    let bytes = std::fs::read(path)
+        .map_err(|e| errs.push(format!("{field}: cannot read `{path}`: {e}")))
+        .ok()?;
+    idemgate_tower::PrincipalHashKey::new(bytes.trim_ascii_end())
+        .map(std::sync::Arc::new)
+        .map_err(|e| errs.push(format!("{field}: {e}")))
+        .ok()
+}
+
+/// `rp` with its `Authorization` hash keyed by `key`, when there is one.
+pub(super) fn keyed_principal(
+    mut rp: idemgate_tower::RoutePolicy,
+    key: Option<&std::sync::Arc<idemgate_tower::PrincipalHashKey>>,
+) -> idemgate_tower::RoutePolicy {
+    use idemgate_tower::PrincipalSource;
+    if let (Some(key), PrincipalSource::AuthorizationHash) = (key, &rp.principal) {
+        rp.principal = PrincipalSource::AuthorizationHmac(key.clone());
+    }
+    rp
+}

@@ -191,3 +191,32 @@ fn a_closure_names_the_caller_under_its_own_prefix() {
     assert_eq!(src, src.clone(), "a custom source equals itself");
     assert_ne!(src, blank);
 }
+
+#[test]
+fn the_keyed_authorization_hash_depends_on_the_key_and_never_equals_the_plain_one() {
+    assert_eq!(
+        PrincipalHashKey::new(&[7; 31]),
+        Err(PrincipalHashKeyTooShort(31))
+    );
+    let key = |b| Arc::new(PrincipalHashKey::new(&[b; 32]).unwrap());
+    let (a, b) = (
+        PrincipalSource::AuthorizationHmac(key(1)),
+        PrincipalSource::AuthorizationHmac(key(2)),
+    );
+    let basic = headers(&[("authorization", "Basic YWxpY2U6aHVudGVyMg==")]);
+    let pa = principal_of(&basic, &a).unwrap().unwrap();
+    assert!(pa.starts_with("hauth:") && pa.len() == 6 + 32, "{pa}");
+    assert_eq!(principal_of(&basic, &a).unwrap().unwrap(), pa, "stable");
+    assert_ne!(principal_of(&basic, &b).unwrap().unwrap(), pa, "keyed");
+    let plain = principal_of(&basic, &PrincipalSource::AuthorizationHash).unwrap();
+    assert_ne!(plain.unwrap(), pa);
+    assert_eq!(
+        principal_of(&headers(&[("authorization", " ")]), &a),
+        Ok(None)
+    );
+    assert_eq!(
+        principal_from_authorization(&a, "Basic YWxpY2U6aHVudGVyMg=="),
+        Ok(Some(pa))
+    );
+    assert!(!format!("{a:?}").contains("1, 1"), "the key is never shown");
+}

@@ -42,6 +42,7 @@ impl IdempotencyRejection {
             Self::UpstreamFailed,
             Self::UpstreamHeadTooLarge,
             Self::UpstreamTimeout,
+            Self::OperationPanicked,
             Self::Internal,
             Self::PrincipalLimited {
                 kind: LimitKind::InFlight,
@@ -82,6 +83,7 @@ fn covered(r: &IdempotencyRejection) -> bool {
         | R::UpstreamFailed
         | R::UpstreamHeadTooLarge
         | R::UpstreamTimeout
+        | R::OperationPanicked
         | R::Internal
         | R::PrincipalLimited { .. } => true,
     }
@@ -97,7 +99,7 @@ mod tests {
     fn the_catalogue_holds_each_kind_once_with_a_distinct_answer() {
         let all = IdempotencyRejection::catalogue();
         let kinds: HashSet<_> = all.iter().map(std::mem::discriminant).collect();
-        assert_eq!(kinds.len(), 22, "every variant");
+        assert_eq!(kinds.len(), 23, "every variant");
         let answers: HashSet<_> = all.iter().map(|r| (r.anchor(), r.detail())).collect();
         assert_eq!(answers.len(), all.len(), "no two entries say the same");
         for r in &all {

@@ -161,3 +161,44 @@ fn bad_limits_name_their_field() {
         "{err}"
     );
 }
+
+#[test]
+fn a_principal_hash_key_file_keys_the_authorization_hash_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("principal.key");
+    std::fs::write(&key, format!("{}\n", "k".repeat(32))).unwrap();
+    let short = dir.path().join("short.key");
+    std::fs::write(&short, "too short\n").unwrap();
+    let config = |file: &std::path::Path| {
+        Config::from_toml(&format!(
+            r#"
+            upstream = "http://127.0.0.1:3000"
+            principal_hash_key_file = "{}"
+            [[routes]]
+            route = "POST /orders"
+            principal = "header:x-user-id"
+            "#,
+            file.display()
+        ))
+        .unwrap()
+    };
+    let v = config(&key).validate().unwrap();
+    let default = &v.policy.default_route().principal;
+    assert!(
+        matches!(default, PrincipalSource::AuthorizationHmac(_)),
+        "{default:?}"
+    );
+    let (_, orders) = v.policy.routes().next().unwrap();
+    assert!(matches!(orders.principal, PrincipalSource::Header(_)));
+    let hashed = idemgate_tower::principal_from_authorization(default, "Basic YTpi");
+    assert!(hashed.unwrap().unwrap().starts_with("hauth:"));
+
+    let errs = config(&short).validate().unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("principal_hash_key_file:") && e.contains("at least 32")),
+        "{errs:?}"
+    );
+    let errs = config(&dir.path().join("missing")).validate().unwrap_err();
+    assert!(errs.iter().any(|e| e.contains("cannot read")), "{errs:?}");
+}
