@@ -30,7 +30,8 @@
 //! The layout follows tower-http: [`IdempotencyLayer`] makes [`Idempotency`] services,
 //! whose calls return a [`ResponseFuture`]. Inside, a covered request goes through
 //! admission (key, [`principal`], body, fingerprint), the glue to the core lifecycle
-//! ([`idemgate_core::lifecycle`], whose state diagram is in its docs), and [`replay`].
+//! ([`idemgate_core::lifecycle`]; the state diagram of a record is drawn once, in the
+//! [`idemgate_core`] crate docs), and [`replay`].
 //! [`Idempotency`] lists what happens to each request; [`IdempotencyRejection`] is every
 //! answer the layer gives itself (`docs/errors.md` explains each to clients).
 //!

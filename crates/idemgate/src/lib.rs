@@ -20,7 +20,8 @@
 //!     next.run(req).await
 //! }
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
 //! # let path = dir.path().join("idempotency.db");
 //! let store = SqliteStore::open(path, Default::default())?;
@@ -29,7 +30,17 @@
 //!     .route("/payments", post(|| async { "charged once" }))
 //!     .route_layer(IdempotencyLayer::new(store, policy))
 //!     .layer(axum::middleware::from_fn(authenticate));
-//! # let _ = app;
+//!
+//! // A client retries with the same key: the handler ran once, the retry is a replay.
+//! use tower::ServiceExt;
+//! let pay = || axum::http::Request::post("/payments")
+//!     .header("idempotency-key", "8e03978e-40d5-43e8")
+//!     .body(axum::body::Body::from("{}"))
+//!     .unwrap();
+//! let first = app.clone().oneshot(pay()).await?;
+//! assert_eq!(first.status(), 200);
+//! let retry = app.oneshot(pay()).await?;
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
 //! # Ok(())
 //! # }
 //! ```

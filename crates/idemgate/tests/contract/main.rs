@@ -4,6 +4,7 @@
 //! double execution; a client-sent header that looks like a principal has no effect.
 
 mod app;
+mod records;
 mod rows;
 
 use idemgate::{MemoryStore, SqliteStore};
@@ -24,7 +25,8 @@ async fn every_contract_row_holds_on_the_memory_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_contract_row_holds_on_the_sqlite_store() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("contract.db"), Default::default()).unwrap();
+    let path = dir.path().join("contract.db");
+    let store = SqliteStore::open(&path, Default::default()).unwrap();
     let app = app::start(store).await;
     rows::all(&app, |store, key| {
         let key = key.clone();
@@ -45,5 +47,6 @@ async fn every_contract_row_holds_on_the_sqlite_store() {
         })
     })
     .await;
+    records::store_unavailable(&app, &path).await;
     app.layer.drain().await;
 }

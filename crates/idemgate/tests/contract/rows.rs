@@ -1,9 +1,10 @@
-//! The rows, in the README's order, each checking the answer and the side effects.
+//! The rows, in about the README's order, each checking the answer and the side effects
+//! (those about stored records are in `records.rs`).
 
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use idemgate::core::{IdempotencyKey, InsertOutcome, InsertRequest, LeaseToken, ScopedKey};
+use idemgate::core::{IdempotencyKey, ScopedKey};
 use idemgate::IdempotencyStore;
 use reqwest::{Response, StatusCode};
 use tokio::io::AsyncWriteExt;
@@ -14,7 +15,7 @@ use crate::app::App;
 pub(crate) type Damage<St> = for<'a> fn(&'a St, &'a ScopedKey) -> BoxFuture<'a, ()>;
 
 /// A keyed `POST` to `path` as `user` (no `Authorization` if `None`) with `body`.
-async fn post(
+pub(crate) async fn post(
     app: &App<impl Sized>,
     path: &str,
     user: Option<&str>,
@@ -35,7 +36,7 @@ async fn post(
 }
 
 /// The problem `type`'s anchor of a problem+json answer.
-async fn problem(resp: Response) -> (StatusCode, String) {
+pub(crate) async fn problem(resp: Response) -> (StatusCode, String) {
     let status = resp.status();
     assert_eq!(resp.headers()["content-type"], "application/problem+json");
     let body: serde_json::Value = resp.json().await.unwrap();
@@ -49,14 +50,14 @@ async fn problem(resp: Response) -> (StatusCode, String) {
     (status, anchor)
 }
 
-fn replayed(resp: &Response) -> bool {
+pub(crate) fn replayed(resp: &Response) -> bool {
     resp.headers()
         .get("idempotent-replayed")
         .is_some_and(|v| v == "true")
 }
 
 /// Waits until `what` happened `n` times.
-async fn until<St>(app: &App<St>, what: &str, n: u64) {
+pub(crate) async fn until<St>(app: &App<St>, what: &str, n: u64) {
     for _ in 0..500 {
         if app.effects.get(what) >= n {
             return;
@@ -66,7 +67,7 @@ async fn until<St>(app: &App<St>, what: &str, n: u64) {
     panic!("{what} did not happen {n} times");
 }
 
-fn scope(user: &str, route: &str, key: &str) -> ScopedKey {
+pub(crate) fn scope(user: &str, route: &str, key: &str) -> ScopedKey {
     ScopedKey {
         principal: format!("ext:{user}"),
         route: route.into(),
@@ -79,7 +80,7 @@ pub(crate) async fn all<St: IdempotencyStore>(app: &App<St>, damage: Damage<St>)
     first_run_replay_and_scope(app).await;
     in_flight_and_disconnect(app).await;
     failures(app).await;
-    lapsed_corrupt_and_expired(app, damage).await;
+    crate::records::lapsed_corrupt_and_expired(app, damage).await;
     limits_and_kept_responses(app).await;
 }
 
@@ -269,64 +270,6 @@ async fn failures<St>(app: &App<St>) {
         503
     );
     assert_eq!(app.effects.get("busy"), 2);
-}
-
-async fn lapsed_corrupt_and_expired<St: IdempotencyStore>(app: &App<St>, damage: Damage<St>) {
-    // A holder that died after forwarding (its lease lapsed): outcome unknown, not run.
-    let done = scope("alice", "POST /payments", "pay-key-00000001");
-    let fingerprint = app.store.get(&done).await.unwrap().unwrap().fingerprint;
-    let lapsed = InsertRequest {
-        key: scope("alice", "POST /payments", "lapsed-key-00001"),
-        fingerprint,
-        token: LeaseToken::random(),
-        lease_ttl: Duration::from_millis(100),
-        record_ttl: Duration::from_secs(3600),
-    };
-    let inserted = app.store.insert_or_get(&lapsed).await.unwrap();
-    assert!(matches!(inserted, InsertOutcome::Inserted(_)));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = app.effects.get("payments");
-    let resp = post(
-        app,
-        "/payments",
-        Some("alice"),
-        Some("lapsed-key-00001"),
-        r#"{"amount":1}"#,
-    );
-    assert_eq!(
-        problem(resp.await).await,
-        (StatusCode::INTERNAL_SERVER_ERROR, "outcome-unknown".into())
-    );
-    // A stored record that fails its checksum: never replayed.
-    damage(&app.store, &done).await;
-    let resp = post(
-        app,
-        "/payments",
-        Some("alice"),
-        Some("pay-key-00000001"),
-        r#"{"amount":1}"#,
-    );
-    assert_eq!(
-        problem(resp.await).await,
-        (StatusCode::INTERNAL_SERVER_ERROR, "record-corrupt".into())
-    );
-    assert_eq!(app.effects.get("payments"), before, "neither ran");
-    // A key past its TTL is new.
-    let key = Some("ttl-key-00000001");
-    assert_eq!(
-        post(app, "/short-ttl", Some("alice"), key, "{}")
-            .await
-            .status(),
-        201
-    );
-    assert!(replayed(
-        &post(app, "/short-ttl", Some("alice"), key, "{}").await
-    ));
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let again = post(app, "/short-ttl", Some("alice"), key, "{}").await;
-    assert_eq!(again.status(), 201);
-    assert!(!replayed(&again));
-    assert_eq!(app.effects.get("short-ttl"), 2);
 }
 
 async fn limits_and_kept_responses<St>(app: &App<St>) {
