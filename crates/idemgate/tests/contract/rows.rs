@@ -80,6 +80,7 @@ pub(crate) async fn all<St: IdempotencyStore>(app: &App<St>, damage: Damage<St>)
     first_run_replay_and_scope(app).await;
     in_flight_and_disconnect(app).await;
     failures(app).await;
+    concurrent_retries(app).await;
     crate::records::lapsed_corrupt_and_expired(app, damage).await;
     limits_and_kept_responses(app).await;
 }
@@ -323,5 +324,41 @@ async fn limits_and_kept_responses<St>(app: &App<St>) {
     assert_eq!(
         (app.effects.get("big"), app.effects.get("not-modified")),
         (1, 1)
+    );
+}
+
+/// Many copies of one request at once (a client library retrying on a timer, a mesh
+/// retrying): one runs; the others get `409` or its replay, never a second run.
+async fn concurrent_retries<St>(app: &App<St>) {
+    let before = app.effects.get("payments");
+    let mut all = Vec::new();
+    for _ in 0..32 {
+        let (base, client) = (app.base.clone(), reqwest::Client::new());
+        all.push(tokio::spawn(async move {
+            let resp = client
+                .post(format!("{base}/payments"))
+                .header("authorization", "Bearer dave")
+                .header("idempotency-key", "burst-key-000001")
+                .header("content-type", "application/json")
+                .body(r#"{"amount":5}"#)
+                .send()
+                .await
+                .unwrap();
+            (resp.status(), resp.text().await.unwrap())
+        }));
+    }
+    let mut bodies = std::collections::HashSet::new();
+    for task in all {
+        let (status, body) = task.await.unwrap();
+        match status.as_u16() {
+            201 => drop(bodies.insert(body)),
+            409 => assert!(body.contains("request-in-flight"), "{body}"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(app.effects.get("payments"), before + 1, "one of 32 ran");
+    assert!(
+        bodies.len() <= 1,
+        "every 201 is the same response: {bodies:?}"
     );
 }
