@@ -1,11 +1,22 @@
 # Lints of the whole workspace: formatting (`cargo fmt --check`), clippy on every target with
 # warnings denied, and the docs with broken intra-doc links denied (every feature, so the
-# axum and PostgreSQL parts are checked too). A failure of any of them fails the run.
+# axum and PostgreSQL parts are checked too), and the `idemgate` crate with each feature
+# alone. A failure of any of them fails the run.
 lint_checks() {
   local failed=0
+  # A toolchain installed with a minimal profile lacks them.
+  if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    rustup component add rustfmt clippy || return 1
+  fi
   cargo fmt --all --check || { echo "scripts/test: cargo fmt --check found unformatted code" >&2; failed=1; }
   cargo clippy --workspace --all-targets --all-features -- -D warnings \
     || { echo "scripts/test: clippy found warnings" >&2; failed=1; }
+  # The facade builds with each of its features alone (sqlx-style optional drivers).
+  local feature
+  for feature in tower axum sqlite postgres redis; do
+    cargo check --quiet -p idemgate --no-default-features --features "$feature" \
+      || { echo "scripts/test: idemgate does not build with only feature $feature" >&2; failed=1; }
+  done
   RUSTDOCFLAGS="-D rustdoc::broken-intra-doc-links -D rustdoc::private-intra-doc-links" \
     cargo doc --workspace --all-features --no-deps \
     || { echo "scripts/test: cargo doc found broken links" >&2; failed=1; }
