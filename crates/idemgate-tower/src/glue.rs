@@ -291,7 +291,7 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
 /// can keep it and read it back ([`check_storable`]); else completed as not replayable
 /// (retries get `410`), without its headers if they are what cannot be kept. Never a
 /// failure or a release: the operation ran and its answer was delivered.
-fn storable(route: &str, mut response: StoredResponse) -> Outcome {
+pub(crate) fn storable(route: &str, mut response: StoredResponse) -> Outcome {
     let Err(why) = check_storable(&response) else {
         return Outcome::Complete(response);
     };
@@ -338,7 +338,7 @@ async fn settle<St: IdempotencyStore, T>(
 }
 
 /// Responses that stream by nature are delivered unbuffered and not kept.
-fn is_streaming(headers: &HeaderMap) -> bool {
+pub(crate) fn is_streaming(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

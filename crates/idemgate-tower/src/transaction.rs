@@ -2,12 +2,15 @@
 //! `postgres`): [`LeaseHandle::complete_in`].
 
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, Limited};
-use idemgate_core::integrity::check_storable;
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::BodyExt;
+use idemgate_core::lifecycle::Outcome;
 use idemgate_core::{StoreError, StoredResponse};
 use idemgate_postgres::PostgresStore;
 use sqlx::PgConnection;
 
+use crate::glue::{is_streaming, storable};
 use crate::lease::LeaseHandle;
 use crate::policy::StatusAction;
 use crate::replay::headers_to_store;
@@ -27,8 +30,8 @@ pub enum CompleteError {
     /// as `5xx`): roll back and return the error instead; the layer records it.
     #[error("status {0} is not stored by the route's status rules")]
     NotStored(u16),
-    /// The response body is over the route's `max_stored_response_bytes`, failed, or the
-    /// response cannot be stored ([`check_storable`]).
+    /// The response body failed, or the response cannot be stored even without its body
+    /// (a status outside 200-599).
     #[error("the response cannot be stored: {0}")]
     NotStorable(String),
     /// The store refused or failed: [`StoreError::LeaseLost`] when the lease is stale
@@ -52,7 +55,9 @@ impl LeaseHandle {
     /// or not at all; returns the response to send. The stored response goes through the
     /// layer's header filter (no hop-by-hop headers, `set-cookie`, `date` or the route's
     /// `replay_deny_headers`), and the lease is marked completed, so the layer writes no
-    /// outcome of its own.
+    /// outcome of its own. As in the layer, a `304`, a streaming response or one over the
+    /// route's `max_stored_response_bytes` is completed as not replayable (retries get
+    /// `410`); the client still gets it whole.
     ///
     /// If the transaction then rolls back (an error, or the process dies before `COMMIT`),
     /// neither is stored: the key stays `in_progress` under its lease, retries get `409`
@@ -82,19 +87,33 @@ impl LeaseHandle {
         if route.action_for(parts.status) != StatusAction::Store {
             return Err(CompleteError::NotStored(parts.status.as_u16()));
         }
-        let cap = route.max_stored_response_bytes;
-        let body = Limited::new(body, cap)
+        // The body of a handler's response is in memory already.
+        let body = body
             .collect()
             .await
             .map_err(|e| CompleteError::NotStorable(e.to_string()))?
             .to_bytes();
+        // Kept as the layer keeps responses: a `304`, a stream or a body over the cap is
+        // completed as not replayable (retries get `410`), never left to run again.
+        let replayable = parts.status != StatusCode::NOT_MODIFIED
+            && !is_streaming(&parts.headers)
+            && body.len() <= route.max_stored_response_bytes;
         let stored = StoredResponse {
             status: parts.status.as_u16(),
             headers: headers_to_store(&parts.headers, &route.replay_deny_headers),
-            body: body.clone(),
-            replayable: true,
+            body: if replayable {
+                body.clone()
+            } else {
+                Bytes::new()
+            },
+            replayable,
         };
-        check_storable(&stored).map_err(|e| CompleteError::NotStorable(e.to_string()))?;
+        let Outcome::Complete(stored) = storable(&self.lease().key.route, stored) else {
+            return Err(CompleteError::NotStorable(format!(
+                "status {}",
+                parts.status
+            )));
+        };
         store
             .complete_using(conn, self.lease(), &stored)
             .await
