@@ -13,6 +13,7 @@
 //! ran.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -86,6 +87,9 @@ async fn main() -> anyhow::Result<()> {
         .route_layer(idempotency.clone())
         .layer(middleware::from_fn(authenticate));
     // README:end
+    // Expired records (24 h by default) are deleted every minute while this handle lives.
+    let batch = NonZeroU32::new(1000).expect("not zero");
+    let _purge = idempotency.spawn_purge(Duration::from_secs(60), batch);
     let app = app.route("/payments/count", get(count));
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3002".into());
     let listener = tokio::net::TcpListener::bind(listen).await?;
