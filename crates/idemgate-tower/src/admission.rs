@@ -123,16 +123,9 @@ where
         Ok(ticket) => ticket,
         Err(limited) => return reject(limited.into()),
     };
-    let too_large = IdempotencyRejection::BodyTooLarge {
-        limit: rp.max_body_bytes,
-    };
-    if content_length(&parts.headers).is_some_and(|n| n > rp.max_body_bytes as u64) {
-        return reject(too_large);
-    }
-    let bytes = match Limited::new(body, rp.max_body_bytes).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => return reject(too_large),
-        Err(_) => return reject(IdempotencyRejection::BodyUnreadable),
+    let bytes = match read_body(&parts.headers, body, rp.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(r) => return reject(r),
     };
     let job = Arc::new(FingerprintJob {
         method: parts.method.clone(),
@@ -168,6 +161,31 @@ where
     match rx.await {
         Ok(answered) => answered,
         Err(_) => reject(IdempotencyRejection::Internal),
+    }
+}
+
+/// The request body, buffered up to `limit` bytes.
+///
+/// # Errors
+/// [`IdempotencyRejection::BodyTooLarge`] past `limit` (by `Content-Length` before reading
+/// anything, or while reading); [`IdempotencyRejection::BodyUnreadable`] when it broke off.
+async fn read_body<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: usize,
+) -> Result<Bytes, IdempotencyRejection>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let too_large = IdempotencyRejection::BodyTooLarge { limit };
+    if content_length(headers).is_some_and(|n| n > limit as u64) {
+        return Err(too_large);
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(too_large),
+        Err(_) => Err(IdempotencyRejection::BodyUnreadable),
     }
 }
 

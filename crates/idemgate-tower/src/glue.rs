@@ -210,17 +210,8 @@ async fn execute<S, St, ResB>(
         };
         Ok((parts, received))
     });
-    let forwarded = match lifecycle.hold(&holder, forwarded.catch_unwind()).await {
-        Ok(forwarded) => forwarded,
-        Err(_panic) => {
-            let (_, answer) = covered.reject(IdempotencyRejection::OperationPanicked);
-            if handle.is_completed() {
-                return drop(reply.send(("upstream_error", Ok(answer))));
-            }
-            covered.failed("the operation panicked");
-            let failed = ("upstream_error", Ok(answer));
-            return settle(lifecycle, &holder, Outcome::Fail, reply, failed).await;
-        }
+    let Ok(forwarded) = lifecycle.hold(&holder, forwarded.catch_unwind()).await else {
+        return panicked(lifecycle, covered, &holder, &handle, reply).await;
     };
     let (parts, received) = match forwarded {
         Ok((parts, received)) if handle.is_completed() => {
@@ -252,6 +243,24 @@ async fn execute<S, St, ResB>(
         covered.failed("the upstream's status is in fail_statuses, or its response broke off");
     }
     settle(lifecycle, &holder, outcome, reply, (tag, Ok(answer))).await
+}
+
+/// After a panic of the inner service: `500` `operation-panicked`, and the record failed
+/// (unless the service completed it itself), so retries never run it again.
+async fn panicked<St: IdempotencyStore, E>(
+    lifecycle: &Lifecycle<St>,
+    covered: &Covered,
+    holder: &Holder,
+    handle: &LeaseHandle,
+    reply: Reply<E>,
+) {
+    let (_, answer) = covered.reject(IdempotencyRejection::OperationPanicked);
+    if handle.is_completed() {
+        return drop(reply.send(("upstream_error", Ok(answer))));
+    }
+    covered.failed("the operation panicked");
+    let failed = ("upstream_error", Ok(answer));
+    settle(lifecycle, holder, Outcome::Fail, reply, failed).await
 }
 
 /// The outcome to record for what the upstream sent, by the route's status rules, and the
