@@ -16,6 +16,7 @@ mod layer;
 mod lease;
 pub mod limits;
 pub mod metrics;
+pub mod openapi;
 pub mod policy;
 pub mod rejection;
 mod service;

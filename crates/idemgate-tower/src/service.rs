@@ -277,6 +277,7 @@ where
         Err(r) => return reject(r),
     };
     parts.headers.remove(IDEMPOTENT_REPLAYED);
+    let lifetime_route = rp.clone();
     let covered = Covered {
         scope: ScopedKey {
             principal,
@@ -295,7 +296,10 @@ where
     let lifecycle = ctx.lifecycle.clone();
     ctx.tasks.spawn(run(inner, lifecycle, covered, request, tx));
     match rx.await {
-        Ok(answered) => answered,
+        Ok((outcome, mut answer)) => {
+            crate::headers::add_key_lifetime(&lifetime_route, outcome, &mut answer);
+            (outcome, answer)
+        }
         Err(_) => reject(IdempotencyRejection::Internal),
     }
 }
