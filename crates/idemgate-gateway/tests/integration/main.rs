@@ -4,6 +4,7 @@
 
 mod admin;
 mod cli;
+mod clients;
 mod concurrency;
 mod contract;
 mod demo;

@@ -23,13 +23,6 @@ pub(crate) fn data(path: &str) -> PathBuf {
         .join(path)
 }
 
-/// A file of `tests/python`.
-pub(crate) fn script(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(path)
-}
-
 /// Runs `cmd` on a blocking thread, killed after `limit`; its output.
 pub(crate) async fn output_within(mut cmd: Command, limit: Duration) -> Output {
     cmd.stdin(std::process::Stdio::null());
