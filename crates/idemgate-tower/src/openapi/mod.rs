@@ -25,9 +25,13 @@
 mod describe;
 mod doc;
 mod merge;
+#[cfg(feature = "utoipa")]
+mod utoipa;
 
 pub use doc::Doc;
 pub use merge::{MergeError, MergeReport};
+#[cfg(feature = "utoipa")]
+pub use utoipa::UtoipaError;
 
 use http::Method;
 

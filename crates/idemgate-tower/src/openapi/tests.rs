@@ -135,3 +135,65 @@ fn merge_under_a_server_path() {
     let report = Contract::new(&policy).merge_into(&mut doc).unwrap();
     assert!(report.unmatched_routes.is_empty());
 }
+
+#[cfg(feature = "utoipa")]
+#[test]
+fn a_utoipa_document_keeps_every_part_of_the_contract() {
+    use ::utoipa::openapi::path::{HttpMethod, OperationBuilder, PathItem, PathsBuilder};
+    use ::utoipa::openapi::{OpenApiBuilder, ResponseBuilder};
+
+    let op = OperationBuilder::new()
+        .response("201", ResponseBuilder::new().description("created"))
+        .build();
+    let mut api = OpenApiBuilder::new()
+        .paths(PathsBuilder::new().path("/payments", PathItem::new(HttpMethod::Post, op)))
+        .build();
+    let policy = policy();
+    let report = Contract::new(&policy).extend_utoipa(&mut api).unwrap();
+    assert_eq!(
+        report.unmatched_routes,
+        vec!["POST /refunds/{id}".to_owned()]
+    );
+    // What the utoipa types kept, compared with the same merge on the plain document.
+    let mut plain = Doc::from(
+        serde_json::to_value(
+            OpenApiBuilder::new()
+                .paths(
+                    PathsBuilder::new().path(
+                        "/payments",
+                        PathItem::new(
+                            HttpMethod::Post,
+                            OperationBuilder::new()
+                                .response("201", ResponseBuilder::new().description("created"))
+                                .build(),
+                        ),
+                    ),
+                )
+                .build(),
+        )
+        .unwrap(),
+    );
+    Contract::new(&policy).merge_into(&mut plain).unwrap();
+    let kept = serde_json::to_value(&api).unwrap();
+    let want = json(&plain);
+    let post = &kept["paths"]["/payments"]["post"];
+    for pointer in [
+        "/parameters/0",
+        "/responses/409",
+        "/responses/500",
+        "/responses/503",
+        "/responses/201/headers",
+        "/x-idempotency",
+    ] {
+        assert_eq!(
+            post.pointer(pointer),
+            want["paths"]["/payments"]["post"].pointer(pointer),
+            "{pointer}"
+        );
+    }
+    assert_eq!(
+        kept["components"]["schemas"]["IdemgateProblem"],
+        want["components"]["schemas"]["IdemgateProblem"]
+    );
+    assert!(kept["components"]["headers"]["IdemgateRetryAfter"]["schema"].is_object());
+}
