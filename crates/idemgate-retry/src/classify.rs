@@ -64,15 +64,15 @@ pub fn judge(
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
     let name = body
-        .and_then(|b| problem_type(b))
+        .and_then(problem_type)
         .and_then(|t| policy.problem_name(&t).map(str::to_owned));
-    let retry = match (status.as_u16(), name.as_deref()) {
-        (409, Some("request-in-flight")) => true,
-        (429, Some("principal-limited")) => true,
-        (502, Some("upstream-unreachable")) => true,
-        (503, _) => true,
-        _ => false,
-    };
+    let retry = matches!(
+        (status.as_u16(), name.as_deref()),
+        (409, Some("request-in-flight"))
+            | (429, Some("principal-limited"))
+            | (502, Some("upstream-unreachable"))
+            | (503, _)
+    );
     match retry {
         true => Verdict::Retry(retry_after),
         false => Verdict::Final,

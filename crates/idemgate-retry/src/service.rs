@@ -181,8 +181,35 @@ fn ensure_key<Req: Replayable>(policy: &RetryPolicy, req: &mut Req) -> String {
     if let Some(existing) = req.headers().get(&policy.header_name) {
         return String::from_utf8_lossy(existing.as_bytes()).into_owned();
     }
-    let key = uuid::Uuid::new_v4().to_string();
+    let key = uuid_v4(rand::random());
     let value = HeaderValue::from_str(&key).expect("a UUID is a header value");
     req.headers_mut().insert(policy.header_name.clone(), value);
     key
+}
+
+/// A random (version 4) UUID, RFC 9562 §5.4, in its hyphenated lower-case form.
+fn uuid_v4(random: [u8; 16]) -> String {
+    let mut b = random;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn uuid_v4_has_its_version_and_variant() {
+        let key = super::uuid_v4([0xff; 16]);
+        assert_eq!(key, "ffffffff-ffff-4fff-bfff-ffffffffffff");
+        let key = super::uuid_v4([0; 16]);
+        assert_eq!(key, "00000000-0000-4000-8000-000000000000");
+    }
 }

@@ -16,11 +16,15 @@ use hyper_util::rt::TokioExecutor;
 use idemgate_retry::{IdempotentRetryLayer, RetryError, RetryPolicy};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
+/// One scripted answer: status, idemgate problem name (`""`: the API's own JSON) and
+/// `Retry-After`.
+type Scripted = (u16, &'static str, Option<&'static str>);
+
 /// What the server answers, in turn (the last one repeats), and what it saw.
 #[derive(Clone, Default)]
 struct Script {
-    answers: Arc<Mutex<VecDeque<(u16, &'static str, Option<&'static str>)>>>,
-    seen: Arc<Mutex<Vec<(String, Bytes, std::time::Instant)>>>,
+    answers: Arc<Mutex<VecDeque<Scripted>>>,
+    seen: Arc<Mutex<Vec<(String, Bytes, tokio::time::Instant)>>>,
     hang: bool,
 }
 
@@ -32,7 +36,7 @@ async fn answer(State(s): State<Script>, headers: HeaderMap, body: Bytes) -> Res
     s.seen
         .lock()
         .unwrap()
-        .push((key, body, std::time::Instant::now()));
+        .push((key, body, tokio::time::Instant::now()));
     if s.hang {
         tokio::time::sleep(Duration::from_secs(30)).await;
     }
@@ -60,10 +64,7 @@ async fn answer(State(s): State<Script>, headers: HeaderMap, body: Bytes) -> Res
     resp
 }
 
-async fn server(
-    answers: &[(u16, &'static str, Option<&'static str>)],
-    hang: bool,
-) -> (String, Script) {
+async fn server(answers: &[Scripted], hang: bool) -> (String, Script) {
     let script = Script {
         answers: Arc::new(Mutex::new(answers.iter().copied().collect())),
         hang,
