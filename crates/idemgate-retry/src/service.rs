@@ -155,10 +155,12 @@ where
         let (retry_after, last) = match sent {
             Err(_) => (None, Last::Error(AttemptTimedOut(limit).into())),
             Ok(Err(e)) => (None, Last::Error(e)),
-            Ok(Ok(resp)) => match resp.inspect(policy.clone()).await {
-                Ok((Verdict::Final, answer)) => return Ok(answer),
-                Ok((Verdict::Retry(after), answer)) => (after, Last::Answer(answer)),
-                Err(e) => (None, Last::Error(e)),
+            // A problem body that never ends is an attempt that timed out.
+            Ok(Ok(resp)) => match tokio::time::timeout(limit, resp.inspect(policy.clone())).await {
+                Ok(Ok((Verdict::Final, answer))) => return Ok(answer),
+                Ok(Ok((Verdict::Retry(after), answer))) => (after, Last::Answer(answer)),
+                Ok(Err(e)) => (None, Last::Error(e)),
+                Err(_) => (None, Last::Error(AttemptTimedOut(limit).into())),
             },
         };
         let wait = policy.wait(attempt, retry_after);

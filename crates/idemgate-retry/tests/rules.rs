@@ -219,3 +219,43 @@ async fn get_requests_are_sent_once_without_a_key() {
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].0, "");
 }
+
+/// A `409` problem whose body never arrives: the attempt times out and is retried, and a
+/// huge `Retry-After` is capped at `max_backoff`.
+#[tokio::test]
+async fn a_stalled_problem_body_and_a_huge_retry_after_do_not_hang_the_client() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = attempts.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let head = "HTTP/1.1 409 Conflict\r\ncontent-type: application/problem+json\r\ncontent-length: 100\r\nretry-after: 999999999\r\n\r\n{\"type\":";
+                let _ = sock.write_all(head.as_bytes()).await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+        }
+    });
+    let policy = RetryPolicy {
+        attempt_timeout: Duration::from_millis(200),
+        deadline: Duration::from_secs(2),
+        max_backoff: Duration::from_millis(100),
+        ..quick()
+    };
+    match send(&base, policy).await {
+        Err(RetryError::GaveUp { attempts: n, .. }) => {
+            assert!(n >= 2, "{n}");
+            assert_eq!(
+                n as usize,
+                attempts.load(std::sync::atomic::Ordering::SeqCst)
+            );
+        }
+        other => panic!("expected GaveUp, got {:?}", other.map(|r| r.status())),
+    }
+}

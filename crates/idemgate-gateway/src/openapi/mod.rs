@@ -65,11 +65,24 @@ pub fn read(path: &Path) -> anyhow::Result<(Doc, Format)> {
     let doc = match format {
         Format::Json => serde_json::from_str::<Doc>(&text)
             .with_context(|| format!("--merge: {} is not valid JSON", path.display()))?,
-        Format::Yaml => serde_saphyr::from_str::<Doc>(&text)
+        Format::Yaml => serde_saphyr::from_str_with_options::<Doc>(&text, yaml_options())
             .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("--merge: {} is not valid YAML", path.display()))?,
     };
     Ok((doc, format))
+}
+
+/// YAML limits: serde-saphyr's defaults (alias expansion bounded by the anchors' size, so a
+/// "billion laughs" document is refused) with room for the largest public API descriptions
+/// (millions of nodes) and the nesting serde_json accepts (128).
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = 8_000_000;
+    budget.max_events = 16_000_000;
+    budget.max_depth = 128;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
 }
 
 /// Writes a description in `format`, ending with a newline.
