@@ -161,7 +161,7 @@ pub(super) fn apply(
                     .is_some_and(|n| n.eq_ignore_ascii_case(header));
             !is_key
         });
-        list.insert(0, Doc::from(describe::key_parameter(policy, route)));
+        list.insert(0, Doc::generated(describe::key_parameter(policy, route)));
     }
     let responses = m.entry("responses".to_owned()).or_insert_with(Doc::object);
     if let Some(responses) = responses.as_object_mut() {
@@ -171,7 +171,7 @@ pub(super) fn apply(
             }
         }
         for (status, anchors) in describe::problems(contract, route) {
-            let ours = Doc::from(describe::problem_response(policy, status, &anchors));
+            let ours = Doc::generated(describe::problem_response(policy, status, &anchors));
             match responses.get_mut(&status.to_string()) {
                 None => {
                     responses.insert(status.to_string(), ours);
@@ -183,7 +183,7 @@ pub(super) fn apply(
     }
     m.insert(
         "x-idempotency".into(),
-        Doc::from(describe::extension(policy, route, template)),
+        Doc::generated(describe::extension(policy, route, template)),
     );
 }
 
@@ -223,7 +223,7 @@ fn add_headers(response: &mut Doc, headers: Vec<(&'static str, serde_json::Value
     };
     for (name, value) in headers {
         if !list.keys().any(|k| k.eq_ignore_ascii_case(name)) {
-            list.insert(name.to_owned(), Doc::from(value));
+            list.insert(name.to_owned(), Doc::generated(value));
         }
     }
 }
@@ -248,7 +248,7 @@ fn combine(theirs: &mut Doc, ours: Doc, policy: &crate::Policy, anchors: &[&str]
         None => note,
     };
     t.insert("description".into(), Doc::String(description));
-    let media = Doc::from(describe::problem_media(policy, anchors));
+    let media = Doc::generated(describe::problem_media(policy, anchors));
     if let Some(content) = theirs.entry_object("content").and_then(Doc::as_object_mut) {
         match content.get_mut("application/problem+json") {
             None => {

@@ -61,7 +61,7 @@ impl<'a> Contract<'a> {
     /// components, and the default policy of covered requests matching no route as a
     /// top-level `x-idempotency`.
     pub fn fragment(&self) -> Doc {
-        let mut doc = Doc::from(serde_json::json!({
+        let mut doc = Doc::generated(serde_json::json!({
             "openapi": "3.1.0",
             "info": {
                 "title": "Idempotency contract",
@@ -78,7 +78,7 @@ impl<'a> Contract<'a> {
                 continue;
             };
             let (path, params) = openapi_path(path);
-            let mut op = Doc::from(serde_json::json!({
+            let mut op = Doc::generated(serde_json::json!({
                 "summary": format!("{template} (covered by idemgate)"),
                 "parameters": params,
                 "responses": {"default": {"description": "The API's own response, stored and replayed to every retry with the same key."}}
@@ -122,7 +122,7 @@ impl<'a> Contract<'a> {
         let Some(components) = doc.entry_object("components") else {
             return;
         };
-        if let Doc::Object(ours) = Doc::from(describe::components()) {
+        if let Doc::Object(ours) = Doc::generated(describe::components()) {
             for (kind, named) in ours {
                 let Some(section) = components.entry_object(&kind) else {
                     continue;
@@ -144,7 +144,7 @@ impl<'a> Contract<'a> {
             .collect::<Vec<_>>()
             .into();
         ext["appliesTo"] = "covered requests that match no configured route".into();
-        Doc::from(ext)
+        Doc::generated(ext)
     }
 }
 
