@@ -14,6 +14,9 @@ pub(super) const RETRY_AFTER: &str = "IdemgateRetryAfter";
 pub(super) const REPLAYED: &str = "IdemgateIdempotentReplayed";
 pub(super) const LIFETIME: &str = "IdemgateKeyLifetime";
 
+/// The extension on the responses of idemgate's own answers: their problem names.
+pub(super) const PROBLEMS_MARK: &str = "x-idemgate-problems";
+
 /// A bare key: printable ASCII (RFC 8941 sf-string characters) without a comma or a double
 /// quote, with no leading or trailing space.
 const KEY_PATTERN: &str = r#"^[!#-+\--~]([ !#-+\--~]*[!#-+\--~])?$"#;
@@ -191,7 +194,9 @@ fn status_note(status: u16) -> &'static str {
 pub(super) fn problem_response(policy: &Policy, status: u16, anchors: &[&str]) -> Value {
     let mut response = json!({
         "description": format!("idemgate: {} Problem types: {}.", status_note(status), anchors.join(", ")),
-        "content": {"application/problem+json": problem_media(policy, anchors)}
+        "content": {"application/problem+json": problem_media(policy, anchors)},
+        // Marks a response idemgate wrote alone (never replayed), so a second merge leaves it.
+        PROBLEMS_MARK: anchors
     });
     let retry_after = anchors.iter().any(|a| {
         matches!(

@@ -166,7 +166,8 @@ pub(super) fn apply(
     let responses = m.entry("responses".to_owned()).or_insert_with(Doc::object);
     if let Some(responses) = responses.as_object_mut() {
         for (status, response) in responses.iter_mut() {
-            if replayable(route, status) {
+            let ours = response.get(describe::PROBLEMS_MARK).is_some();
+            if replayable(route, status) && !ours {
                 add_headers(response, describe::replay_headers(route));
             }
         }
@@ -254,22 +255,15 @@ fn combine(theirs: &mut Doc, ours: Doc, policy: &crate::Policy, anchors: &[&str]
             None => {
                 content.insert("application/problem+json".into(), media);
             }
-            Some(existing) if existing.get("schema") != media.get("schema") => {
-                let schema = existing.get("schema").cloned();
-                if let (Some(e), Some(s), Some(ours)) = (
+            Some(existing) if !holds(existing.get("schema"), media.get("schema")) => {
+                let theirs = existing.get("schema").cloned();
+                if let (Some(e), Some(t), Some(o)) = (
                     existing.as_object_mut(),
-                    schema,
+                    theirs,
                     media.get("schema").cloned(),
                 ) {
-                    let any = Doc::from(serde_json::json!({"anyOf": []}));
-                    let mut any = any;
-                    if let Some(Doc::Array(list)) =
-                        any.as_object_mut().and_then(|m| m.get_mut("anyOf"))
-                    {
-                        list.push(s);
-                        list.push(ours);
-                    }
-                    e.insert("schema".into(), any);
+                    let any = [("anyOf".to_owned(), Doc::Array(vec![t, o]))];
+                    e.insert("schema".into(), Doc::Object(any.into_iter().collect()));
                 }
             }
             Some(_) => {}
@@ -284,5 +278,16 @@ fn combine(theirs: &mut Doc, ours: Doc, policy: &crate::Policy, anchors: &[&str]
             });
             add_headers(theirs, vec![("Retry-After", optional)]);
         }
+    }
+}
+
+/// Whether `schema` is `ours`, or an `anyOf` that has it already (a merged description).
+fn holds(schema: Option<&Doc>, ours: Option<&Doc>) -> bool {
+    if schema == ours {
+        return true;
+    }
+    match schema.and_then(|s| s.get("anyOf")) {
+        Some(Doc::Array(list)) => list.iter().any(|s| Some(s) == ours),
+        _ => false,
     }
 }

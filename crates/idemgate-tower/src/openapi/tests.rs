@@ -197,3 +197,32 @@ fn a_utoipa_document_keeps_every_part_of_the_contract() {
     );
     assert!(kept["components"]["headers"]["IdemgateRetryAfter"]["schema"].is_object());
 }
+
+#[test]
+fn merging_a_merged_description_changes_nothing() {
+    let policy = policy();
+    let c = Contract::new(&policy);
+    let mut once: Doc = serde_json::from_str(
+        r#"{"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+            "paths": {"/payments": {"post": {"responses": {
+                "201": {"description": "created"},
+                "409": {"description": "already paid", "content": {"application/problem+json": {"schema": {"type": "object"}}}}
+            }}}}}"#,
+    )
+    .unwrap();
+    c.merge_into(&mut once).unwrap();
+    let mut twice = once.clone();
+    c.merge_into(&mut twice).unwrap();
+    assert_eq!(json(&once), json(&twice));
+    let post = &json(&once)["paths"]["/payments"]["post"];
+    assert!(
+        post["responses"]["400"]["headers"].is_null(),
+        "idemgate's own answers are never replayed"
+    );
+    let any = &post["responses"]["409"]["content"]["application/problem+json"]["schema"]["anyOf"];
+    assert_eq!(
+        any[0],
+        serde_json::json!({"type": "object"}),
+        "the API's own 409 stays"
+    );
+}
