@@ -25,6 +25,7 @@ mod readme;
 mod redis;
 mod reload;
 mod replay;
+mod retry_client;
 mod scope;
 mod sqlite_files;
 mod store_metrics;
