@@ -36,13 +36,21 @@
 //!
 //! With reqwest (feature `reqwest`; `reqwest::Client` is a `tower::Service<reqwest::Request>`):
 //!
-//! ```ignore
+//! ```no_run
+//! # #[cfg(feature = "reqwest")]
+//! # async fn example(url: &str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use idemgate_retry::{IdempotentRetryLayer, RetryPolicy};
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
 //! let http = reqwest::Client::new();
-//! let mut client = tower::ServiceBuilder::new()
+//! let mut client = ServiceBuilder::new()
 //!     .layer(IdempotentRetryLayer::new(RetryPolicy::default()))
 //!     .service(http.clone());
-//! let request = http.post(url).json(&payment).build()?;
+//! let payment = serde_json::json!({"amount": 1000, "currency": "EUR"});
+//! let request = http.post(url).bearer_auth("token").json(&payment).build()?;
 //! let response: reqwest::Response = client.ready().await?.call(request).await?;
+//! println!("{}", response.status());
+//! # Ok(()) }
 //! ```
 //!
 //! To keep the key across a restart of the caller, set the header yourself (a key the

@@ -50,9 +50,7 @@ async fn run(name: &str, program: &Path, args: &[&str]) -> serde_json::Value {
         .env("API_TOKEN", "recipe-test")
         .env("HOME", dir.path())
         .env("GOCACHE", go_cache())
-        .env("GOPATH", dir.path().join("gopath"))
-        .env("GOFLAGS", "-mod=mod")
-        .env("GO111MODULE", "off");
+        .env("GOPATH", dir.path().join("gopath"));
     let out = output_within(cmd, Duration::from_secs(120)).await;
     // Let the first attempt's charge (still running if the recipe gave up early) land.
     tokio::time::sleep(Duration::from_millis(2700)).await;
@@ -154,8 +152,7 @@ async fn go_net_http_recipe_charges_once() {
     vet.arg("vet")
         .arg(&file)
         .env("GOCACHE", go_cache())
-        .env("HOME", dir.path())
-        .env("GO111MODULE", "off");
+        .env("HOME", dir.path());
     let vet = output_within(vet, Duration::from_secs(300)).await;
     assert!(vet.status.success(), "go vet: {}", text(&vet));
     let result = run("main.go", &go, &["run"]).await;
