@@ -26,16 +26,26 @@ async fn fresh_and_replayed_keyed_responses_carry_the_record_ttl() {
         record_ttl_header: true,
         ..Default::default()
     };
-    let policy = Policy::default().with_route("POST /payments", route).unwrap();
+    let policy = Policy::default()
+        .with_route("POST /payments", route)
+        .unwrap();
     let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()), policy);
     let svc = layer.layer(service_fn(|_req: Request<BoxBody>| async {
         let mut resp = Response::new(full("{\"id\":1}".into()));
         *resp.status_mut() = StatusCode::CREATED;
         Ok::<_, BoxError>(resp)
     }));
-    let fresh = svc.clone().oneshot(request(Some("key-lifetime-1"))).await.unwrap();
+    let fresh = svc
+        .clone()
+        .oneshot(request(Some("key-lifetime-1")))
+        .await
+        .unwrap();
     assert_eq!(fresh.headers()[IDEMPOTENCY_KEY_LIFETIME], "3600");
-    let replay = svc.clone().oneshot(request(Some("key-lifetime-1"))).await.unwrap();
+    let replay = svc
+        .clone()
+        .oneshot(request(Some("key-lifetime-1")))
+        .await
+        .unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(replay.headers()[IDEMPOTENCY_KEY_LIFETIME], "3600");
     let unkeyed = svc.oneshot(request(None)).await.unwrap();
