@@ -55,6 +55,9 @@ pub enum Command {
     Release(crate::admin::ReleaseArgs),
     /// Count the records a store holds, by state.
     Stats(crate::admin::StatsArgs),
+    /// Print the idempotency contract of the covered routes as OpenAPI, or add it to an API
+    /// description (--merge).
+    Openapi(crate::openapi::OpenapiArgs),
     /// Replay the incidents idemgate exists for, without and with the gateway.
     Demo,
     /// Run the example payments API alone (for trying the gateway by hand).

@@ -12,6 +12,7 @@
 //!   [`admin`]: `inspect`, `release`, `stats`; [`telemetry`]: the metrics exporter; [`tls`]:
 //!   rustls for the listener and `https://` upstreams; [`reload`]: the configuration re-read on
 //!   `SIGHUP`.
+//! - [`openapi`]: the contract as OpenAPI (`idemgate openapi`).
 //! - [`payments`] and [`demo`]: the example payments API and the incident replay.
 
 pub mod admin;
@@ -21,6 +22,7 @@ pub mod demo;
 pub mod gauges;
 pub mod linger;
 pub mod migrate;
+pub mod openapi;
 pub mod payments;
 pub mod proxy;
 pub mod purge;
@@ -100,6 +102,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Inspect(args) => admin::inspect(args).await,
         Command::Release(args) => admin::release(args).await,
         Command::Stats(args) => admin::stats(args).await,
+        Command::Openapi(args) => openapi::command(args),
         Command::Demo => demo::run().await,
         Command::DemoApi { listen } => {
             let listener = tokio::net::TcpListener::bind(listen).await?;

@@ -65,13 +65,13 @@ pub fn router(ledger: Arc<Ledger>) -> Router {
 
 async fn create(
     State(ledger): State<Arc<Ledger>>,
-    Query(delay): Query<Delay>,
+    delay: Result<Query<Delay>, axum::extract::rejection::QueryRejection>,
     body: Result<Json<NewPayment>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let Ok(Json(p)) = body else {
+    let (Ok(Query(delay)), Ok(Json(p))) = (delay, body) else {
         return (
             StatusCode::BAD_REQUEST,
-            Json(serde_json::json!({"error": "expected {\"amount\": <cents>, \"currency\": \"EUR\"}"})),
+            Json(serde_json::json!({"error": "expected {\"amount\": <cents>, \"currency\": \"EUR\"}, and ?delay_ms=<ms> if any"})),
         )
             .into_response();
     };

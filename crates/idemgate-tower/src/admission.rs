@@ -141,6 +141,7 @@ where
         Err(r) => return reject(r),
     };
     parts.headers.remove(IDEMPOTENT_REPLAYED);
+    let lifetime_route = rp.record_ttl_header.then(|| rp.clone());
     let covered = Covered {
         scope: ScopedKey {
             principal,
@@ -159,7 +160,12 @@ where
     let lifecycle = ctx.lifecycle.clone();
     ctx.tasks.spawn(run(inner, lifecycle, covered, request, tx));
     match rx.await {
-        Ok(answered) => answered,
+        Ok((outcome, mut answer)) => {
+            if let Some(route) = &lifetime_route {
+                crate::replay::add_key_lifetime(route, outcome, &mut answer);
+            }
+            (outcome, answer)
+        }
         Err(_) => reject(IdempotencyRejection::Internal),
     }
 }

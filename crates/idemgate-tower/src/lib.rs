@@ -54,6 +54,7 @@ mod layer;
 mod lease;
 pub mod limits;
 pub mod metrics;
+pub mod openapi;
 pub mod policy;
 pub mod principal;
 pub mod rejection;
@@ -74,7 +75,7 @@ pub use principal::{
     PrincipalHashKey, PrincipalSource,
 };
 pub use rejection::{IdempotencyRejection, LimitKind};
-pub use replay::{IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};
+pub use replay::{IDEMPOTENCY_KEY_LIFETIME, IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};
 pub use service::Idempotency;
 #[cfg(all(feature = "axum", feature = "postgres"))]
 pub use transaction::CompleteError;

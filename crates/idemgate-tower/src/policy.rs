@@ -72,6 +72,9 @@ pub struct RoutePolicy {
     pub replay_deny_headers: Vec<HeaderName>,
     /// Per-principal limits (in flight, new keys per second). Defaults to off.
     pub limits: crate::limits::PrincipalLimits,
+    /// Send [`IDEMPOTENCY_KEY_LIFETIME`](crate::replay::IDEMPOTENCY_KEY_LIFETIME) (the
+    /// record TTL in seconds) on fresh and replayed keyed responses. Defaults to false.
+    pub record_ttl_header: bool,
 }
 
 impl Default for RoutePolicy {
@@ -101,6 +104,7 @@ impl Default for RoutePolicy {
             max_stored_response_bytes: 1 << 20,
             replay_deny_headers: vec![http::header::SET_COOKIE, http::header::DATE],
             limits: Default::default(),
+            record_ttl_header: false,
         }
     }
 }

@@ -15,6 +15,35 @@ pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-
 /// Reserved: stripped from every incoming request, set only by idemgate.
 pub const IDEMPOTENT_TAKEOVER: HeaderName = HeaderName::from_static("idempotent-takeover");
 
+/// `Idempotency-Key-Lifetime: 86400`: the route's record TTL in whole seconds (how long
+/// retries with this key get the stored response, counted from the key's first request), on
+/// fresh and replayed keyed responses of routes with
+/// [`RoutePolicy::record_ttl_header`](crate::RoutePolicy::record_ttl_header). The value is
+/// delta-seconds like `Retry-After` (RFC 9110 §10.2.3); the Iceberg REST catalog publishes
+/// the same fact as `idempotency-key-lifetime` in ISO 8601 in its configuration.
+pub const IDEMPOTENCY_KEY_LIFETIME: HeaderName =
+    HeaderName::from_static("idempotency-key-lifetime");
+
+/// [`IDEMPOTENCY_KEY_LIFETIME`] as API descriptions spell it.
+pub const IDEMPOTENCY_KEY_LIFETIME_TITLE: &str = "Idempotency-Key-Lifetime";
+
+/// Adds [`IDEMPOTENCY_KEY_LIFETIME`] to a keyed response (fresh or replayed) whose status the
+/// route stores; called for routes that send it.
+pub(crate) fn add_key_lifetime<E>(
+    route: &crate::RoutePolicy,
+    outcome: &str,
+    response: &mut Result<Response<crate::body::BoxBody>, E>,
+) {
+    let keyed = matches!(outcome, "acquired" | "takeover" | "replayed");
+    let Ok(response) = response else { return };
+    if keyed && route.action_for(response.status()) == crate::StatusAction::Store {
+        let secs = route.record_ttl.as_secs().max(1);
+        response
+            .headers_mut()
+            .insert(IDEMPOTENCY_KEY_LIFETIME, HeaderValue::from(secs));
+    }
+}
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1): never stored or replayed.
 const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,

@@ -70,6 +70,9 @@ pub struct RouteConfig {
     /// The bucket's size: new keys one principal may send at once. Default 0 (one second's
     /// worth of the rate, at least 1).
     pub new_keys_burst_per_principal: Option<u32>,
+    /// Send `Idempotency-Key-Lifetime: <record_ttl in seconds>` on fresh and replayed keyed
+    /// responses, so clients can read how long a key's record lives. Default false.
+    pub record_ttl_header: Option<bool>,
 }
 
 impl RouteConfig {
@@ -100,6 +103,7 @@ impl RouteConfig {
             max_in_flight_per_principal: Some(0),
             new_keys_per_second_per_principal: Some(0.0),
             new_keys_burst_per_principal: Some(0),
+            record_ttl_header: Some(false),
         }
     }
 
@@ -129,7 +133,8 @@ impl RouteConfig {
             replay_deny_headers,
             max_in_flight_per_principal,
             new_keys_per_second_per_principal,
-            new_keys_burst_per_principal
+            new_keys_burst_per_principal,
+            record_ttl_header
         )
     }
 }
@@ -244,6 +249,7 @@ pub(super) fn route_policy(
             .unwrap_or(d.max_stored_response_bytes),
         replay_deny_headers: headers("replay_deny_headers", &c.replay_deny_headers, errs),
         limits: principal_limits(field, c, errs),
+        record_ttl_header: c.record_ttl_header.unwrap_or(d.record_ttl_header),
     };
     (errs.len() == before).then_some(policy)
 }

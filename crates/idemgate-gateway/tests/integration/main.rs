@@ -4,6 +4,7 @@
 
 mod admin;
 mod cli;
+mod clients;
 mod concurrency;
 mod contract;
 mod demo;
@@ -11,8 +12,10 @@ mod docs;
 mod failures;
 mod faults;
 mod fingerprint;
+mod key_lifetime;
 mod limits;
 mod observability;
+mod openapi;
 mod ops;
 mod postgres;
 mod principal;
@@ -22,6 +25,7 @@ mod readme;
 mod redis;
 mod reload;
 mod replay;
+mod retry_client;
 mod scope;
 mod sqlite_files;
 mod store_metrics;

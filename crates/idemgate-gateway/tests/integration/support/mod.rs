@@ -13,7 +13,9 @@ use axum::Router;
 use idemgate_gateway::config::Config;
 use tokio::sync::oneshot;
 
+mod python;
 mod relay;
+pub(crate) use python::{data, output_within, python, text};
 pub(crate) use relay::Relay;
 
 /// An upstream that counts every request it receives and answers per query parameters:

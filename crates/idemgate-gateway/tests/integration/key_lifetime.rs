@@ -1,0 +1,80 @@
+//! `record_ttl_header`: `Idempotency-Key-Lifetime` (the record TTL in seconds) on fresh and
+//! replayed keyed responses, nowhere else, and never unless the route asks for it.
+
+use idemgate_gateway::config::RouteConfig;
+
+use crate::support::{gateway, key, post, upstream};
+
+const LIFETIME: &str = "idempotency-key-lifetime";
+
+#[tokio::test]
+async fn fresh_and_replayed_responses_state_the_record_ttl() {
+    let up = upstream().await;
+    let gw = gateway(&up.base, "memory://", |c| {
+        c.routes.push(RouteConfig {
+            route: Some("POST /payments".into()),
+            record_ttl: Some("90m".into()),
+            record_ttl_header: Some(true),
+            ..Default::default()
+        });
+    })
+    .await;
+    let k = key();
+    let fresh = post(&gw.base, "/payments", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fresh.status(), 201);
+    assert_eq!(fresh.headers()[LIFETIME], "5400");
+    let replay = post(&gw.base, "/payments", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()[LIFETIME], "5400");
+    assert_eq!(up.count(), 1);
+
+    // Not on answers whose key is not kept, nor on idemgate's own problems, nor unkeyed.
+    let released = post(&gw.base, "/payments?status=503", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), 503);
+    assert!(released.headers().get(LIFETIME).is_none());
+    let mismatch = post(&gw.base, "/payments", Some(&k), "{\"other\":1}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mismatch.status(), 422);
+    assert!(mismatch.headers().get(LIFETIME).is_none());
+    let unkeyed = post(&gw.base, "/payments", None, "{}")
+        .send()
+        .await
+        .unwrap();
+    assert!(unkeyed.headers().get(LIFETIME).is_none());
+    // Other routes keep the default: off.
+    let other = post(&gw.base, "/orders", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 201);
+    assert!(other.headers().get(LIFETIME).is_none());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn defaults_turn_it_on_for_every_covered_request() {
+    let up = upstream().await;
+    let gw = gateway(&up.base, "memory://", |c| {
+        c.defaults.record_ttl_header = Some(true);
+        c.defaults.record_ttl = Some("2h".into());
+    })
+    .await;
+    let resp = post(&gw.base, "/x", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers().get_all(LIFETIME).iter().count(), 1);
+    assert_eq!(resp.headers()[LIFETIME], "7200");
+    gw.stop().await;
+}

@@ -1,0 +1,296 @@
+//! Adding the contract to the operations of an existing API description.
+
+use std::collections::BTreeSet;
+
+use http::{Method, StatusCode};
+
+use super::describe;
+use super::doc::Doc;
+use super::Contract;
+use crate::policy::{RoutePolicy, StatusAction};
+
+/// What [`Contract::merge_into`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergeReport {
+    /// The operations extended, as `METHOD /path` of the description, with the route
+    /// template that matched them (`None`: the default policy).
+    pub operations: Vec<(String, Option<String>)>,
+    /// Configured routes that matched no operation of the description.
+    pub unmatched_routes: Vec<String>,
+}
+
+/// Why a document cannot be merged into.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MergeError {
+    /// The document is not an object with an `openapi` version string.
+    #[error("not an OpenAPI description: no `openapi` version field at the top level")]
+    NotOpenApi,
+    /// The `openapi` field names a version other than 3.0.x or 3.1.x.
+    #[error("`openapi: {0}` is not supported: OpenAPI 3.0.x or 3.1.x")]
+    UnsupportedVersion(String),
+    /// A part that must be an object is not.
+    #[error("`{0}` must be an object")]
+    NotAnObject(String),
+}
+
+const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+pub(super) fn merge(contract: &Contract<'_>, doc: &mut Doc) -> Result<MergeReport, MergeError> {
+    let version = match doc.get("openapi") {
+        None => return Err(MergeError::NotOpenApi),
+        Some(Doc::String(v)) => v.clone(),
+        Some(other) => {
+            let written = serde_json::to_string(other).unwrap_or_default();
+            return Err(MergeError::UnsupportedVersion(format!(
+                "{written} (not a string: write the full version, e.g. \"3.1.0\")"
+            )));
+        }
+    };
+    if !(version.starts_with("3.0.") || version.starts_with("3.1.")) {
+        return Err(MergeError::UnsupportedVersion(version));
+    }
+    let prefixes = server_prefixes(doc);
+    let policy = contract.policy;
+    let mut report = MergeReport::default();
+    let mut matched = BTreeSet::new();
+    if let Some(paths) = doc.as_object_mut().and_then(|m| m.get_mut("paths")) {
+        let paths = paths
+            .as_object_mut()
+            .ok_or_else(|| MergeError::NotAnObject("paths".into()))?;
+        for (path, item) in paths.iter_mut() {
+            let Some(item) = item.as_object_mut() else {
+                return Err(MergeError::NotAnObject(format!("paths.{path}")));
+            };
+            for (name, op) in item.iter_mut() {
+                if !METHODS.contains(&name.as_str()) {
+                    continue;
+                }
+                let method = Method::from_bytes(name.to_ascii_uppercase().as_bytes())
+                    .expect("a standard method");
+                let Some((template, route)) = resolve(contract, &method, path, &prefixes) else {
+                    continue;
+                };
+                if op.as_object().is_none() {
+                    return Err(MergeError::NotAnObject(format!("paths.{path}.{name}")));
+                }
+                apply(contract, op, &route, template.as_deref());
+                if let Some(t) = &template {
+                    matched.insert(t.clone());
+                }
+                report
+                    .operations
+                    .push((format!("{method} {path}"), template));
+            }
+        }
+    }
+    report.unmatched_routes = policy
+        .routes()
+        .map(|(t, _)| t.to_owned())
+        .filter(|t| !matched.contains(t))
+        .collect();
+    contract.add_components(doc);
+    Ok(report)
+}
+
+/// The route template (or `None` for the default) and policy of an operation, when its
+/// method is covered: the first of `path` and `prefix + path` that a route matches.
+fn resolve(
+    contract: &Contract<'_>,
+    method: &Method,
+    path: &str,
+    prefixes: &[String],
+) -> Option<(Option<String>, RoutePolicy)> {
+    let policy = contract.policy;
+    let probes =
+        std::iter::once(path.to_owned()).chain(prefixes.iter().map(|p| format!("{p}{path}")));
+    let mut default = None;
+    for probe in probes {
+        let resolved = policy.resolve(method, &probe)?;
+        if resolved.label != "(unmatched)" {
+            return Some((
+                Some(resolved.label.to_string()),
+                (**resolved.policy).clone(),
+            ));
+        }
+        default.get_or_insert_with(|| (**resolved.policy).clone());
+    }
+    default.map(|p| (None, p))
+}
+
+/// The paths of the `servers` URLs (`https://api.example.com/v1` → `/v1`), without a
+/// trailing `/`; server variables are left out.
+fn server_prefixes(doc: &Doc) -> Vec<String> {
+    let Some(Doc::Array(servers)) = doc.get("servers") else {
+        return Vec::new();
+    };
+    servers
+        .iter()
+        .filter_map(|s| s.get("url").and_then(Doc::as_str))
+        .filter_map(|url| {
+            let rest = url.split_once("://").map_or(url, |(_, r)| r);
+            let path = if url.contains("://") {
+                rest.find('/').map_or("", |i| &rest[i..])
+            } else {
+                rest
+            };
+            let path = path.trim_end_matches('/');
+            (path.starts_with('/') && !path.contains('{')).then(|| path.to_owned())
+        })
+        .collect()
+}
+
+pub(super) fn apply(
+    contract: &Contract<'_>,
+    op: &mut Doc,
+    route: &RoutePolicy,
+    template: Option<&str>,
+) {
+    let policy = contract.policy;
+    let Some(m) = op.as_object_mut() else {
+        return;
+    };
+    let header = policy.header_name.as_str();
+    let params = m
+        .entry("parameters".to_owned())
+        .or_insert_with(|| Doc::Array(Vec::new()));
+    if let Doc::Array(list) = params {
+        list.retain(|p| {
+            let is_key = p.get("in").and_then(Doc::as_str) == Some("header")
+                && p.get("name")
+                    .and_then(Doc::as_str)
+                    .is_some_and(|n| n.eq_ignore_ascii_case(header));
+            !is_key
+        });
+        list.insert(0, Doc::generated(describe::key_parameter(policy, route)));
+    }
+    let responses = m.entry("responses".to_owned()).or_insert_with(Doc::object);
+    if let Some(responses) = responses.as_object_mut() {
+        for (status, response) in responses.iter_mut() {
+            let ours = response.get(describe::PROBLEMS_MARK).is_some();
+            if replayable(route, status) && !ours {
+                add_headers(response, describe::replay_headers(route));
+            }
+        }
+        for (status, anchors) in describe::problems(contract, route) {
+            let ours = Doc::generated(describe::problem_response(policy, status, &anchors));
+            match responses.get_mut(&status.to_string()) {
+                None => {
+                    responses.insert(status.to_string(), ours);
+                }
+                Some(theirs) => combine(theirs, ours, policy, &anchors),
+            }
+        }
+        responses.sort_by(|a, _, b, _| status_order(a).cmp(&status_order(b)));
+    }
+    m.insert(
+        "x-idempotency".into(),
+        Doc::generated(describe::extension(policy, route, template)),
+    );
+}
+
+/// Responses in status order, `default` last, as API descriptions list them.
+fn status_order(status: &str) -> (u8, String) {
+    match status {
+        "default" => (1, String::new()),
+        s => (0, s.to_ascii_uppercase()),
+    }
+}
+
+/// Whether a response key (`201`, `2XX`, `default`) names a status the route stores.
+fn replayable(route: &RoutePolicy, status: &str) -> bool {
+    if status == "default" {
+        return true;
+    }
+    let code = match status.to_ascii_uppercase().strip_suffix("XX") {
+        Some(class) => class.parse::<u16>().ok().map(|c| c * 100),
+        None => status.parse::<u16>().ok(),
+    };
+    code.and_then(|c| StatusCode::from_u16(c).ok())
+        .is_some_and(|s| {
+            route.action_for(s) == StatusAction::Store && s != StatusCode::NOT_MODIFIED
+        })
+}
+
+/// Adds `headers` to a response object (not to a `$ref`), keeping any already there.
+fn add_headers(response: &mut Doc, headers: Vec<(&'static str, serde_json::Value)>) {
+    if response.get("$ref").is_some() {
+        return;
+    }
+    let Some(list) = response
+        .entry_object("headers")
+        .and_then(Doc::as_object_mut)
+    else {
+        return;
+    };
+    for (name, value) in headers {
+        if !list.keys().any(|k| k.eq_ignore_ascii_case(name)) {
+            list.insert(name.to_owned(), Doc::generated(value));
+        }
+    }
+}
+
+/// The API documents a status idemgate answers too: its own answers stay, idemgate's are
+/// added as a problem+json alternative (`anyOf` when both use that media type).
+fn combine(theirs: &mut Doc, ours: Doc, policy: &crate::Policy, anchors: &[&str]) {
+    if theirs.get("$ref").is_some() {
+        return;
+    }
+    let Some(t) = theirs.as_object_mut() else {
+        return;
+    };
+    let note = ours
+        .get("description")
+        .and_then(Doc::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let description = match t.get("description").and_then(Doc::as_str) {
+        Some(d) if d.contains(&note) => d.to_owned(),
+        Some(d) => format!("{d}\n\n{note}"),
+        None => note,
+    };
+    t.insert("description".into(), Doc::String(description));
+    let media = Doc::generated(describe::problem_media(policy, anchors));
+    if let Some(content) = theirs.entry_object("content").and_then(Doc::as_object_mut) {
+        match content.get_mut("application/problem+json") {
+            None => {
+                content.insert("application/problem+json".into(), media);
+            }
+            Some(existing) if !holds(existing.get("schema"), media.get("schema")) => {
+                let theirs = existing.get("schema").cloned();
+                if let (Some(e), Some(t), Some(o)) = (
+                    existing.as_object_mut(),
+                    theirs,
+                    media.get("schema").cloned(),
+                ) {
+                    let any = [("anyOf".to_owned(), Doc::Array(vec![t, o]))];
+                    e.insert("schema".into(), Doc::Object(any.into_iter().collect()));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    // The API's own answer with this status may come without it: not required here.
+    if let Some(Doc::Object(h)) = ours.get("headers") {
+        if h.contains_key("Retry-After") {
+            let optional = serde_json::json!({
+                "description": "On idemgate's answers: seconds to wait before retrying with the same key (RFC 9110 §10.2.3).",
+                "schema": {"type": "integer", "minimum": 0}
+            });
+            add_headers(theirs, vec![("Retry-After", optional)]);
+        }
+    }
+}
+
+/// Whether `schema` is `ours`, or an `anyOf` that has it already (a merged description).
+fn holds(schema: Option<&Doc>, ours: Option<&Doc>) -> bool {
+    if schema == ours {
+        return true;
+    }
+    match schema.and_then(|s| s.get("anyOf")) {
+        Some(Doc::Array(list)) => list.iter().any(|s| Some(s) == ours),
+        _ => false,
+    }
+}

@@ -1,0 +1,183 @@
+//! The idempotency contract of a [`Policy`] as OpenAPI: a fragment of its own (OpenAPI 3.1)
+//! or added to the matching operations of an existing API description (OpenAPI 3.0 or 3.1).
+//!
+//! For every covered operation it describes the key header parameter (name, syntax, length
+//! bounds, required or not), the `application/problem+json` answers idemgate gives itself
+//! (`400`, `401`, `409` and `503` with `Retry-After`, `410`, `413`, `422`, `429`, `500`
+//! `outcome-unknown`, ...; `docs/errors.md`), the `Idempotent-Replayed` header (and the
+//! record-TTL header when the route sends it) on the API's own responses, and the route's
+//! published policy (draft-ietf-httpapi-idempotency-key-header §2.4: a resource MUST publish
+//! it) in an `x-idempotency` extension: `recordTtlSeconds`, `keyLifetime` (ISO 8601),
+//! `keyRequired`, the fingerprint's rules.
+//!
+//! ```
+//! use idemgate_tower::openapi::Contract;
+//! use idemgate_tower::{Policy, RoutePolicy};
+//!
+//! let policy = Policy::default()
+//!     .with_route("POST /payments", RoutePolicy { key_required: true, ..Default::default() })
+//!     .unwrap();
+//! let fragment = Contract::new(&policy).fragment();
+//! let op = fragment.get("paths").and_then(|p| p.get("/payments")).and_then(|p| p.get("post"));
+//! assert!(op.and_then(|o| o.get("x-idempotency")).is_some());
+//! ```
+
+mod describe;
+mod doc;
+mod merge;
+#[cfg(feature = "utoipa")]
+mod utoipa;
+
+pub use doc::Doc;
+pub use merge::{MergeError, MergeReport};
+#[cfg(feature = "utoipa")]
+pub use utoipa::UtoipaError;
+
+use http::Method;
+
+use crate::policy::{Policy, RoutePolicy};
+
+/// The contract of a [`Policy`], ready to be written as OpenAPI.
+#[derive(Debug, Clone, Copy)]
+pub struct Contract<'a> {
+    /// The routes and their policies.
+    pub policy: &'a Policy,
+    /// Also describe the gateway's own upstream answers (`502` `upstream-unreachable` and
+    /// `upstream-failed`, `504` `upstream-timeout`). False for the tower layer.
+    pub gateway: bool,
+}
+
+impl<'a> Contract<'a> {
+    /// The contract of `policy` as the tower layer answers (no gateway-only problems).
+    pub fn new(policy: &'a Policy) -> Self {
+        Self {
+            policy,
+            gateway: false,
+        }
+    }
+
+    /// An OpenAPI 3.1 document of the configured routes only: one operation per route
+    /// (path parameters as strings; a catch-all `{*rest}` becomes `{rest}`), the shared
+    /// components, and the default policy of covered requests matching no route as a
+    /// top-level `x-idempotency`.
+    pub fn fragment(&self) -> Doc {
+        let mut doc = Doc::generated(serde_json::json!({
+            "openapi": "3.1.0",
+            "info": {
+                "title": "Idempotency contract",
+                "version": env!("CARGO_PKG_VERSION"),
+                "description": format!(
+                    "The Idempotency-Key contract of the covered routes, as idemgate enforces it ({}). Merge it into the API's own description with `idemgate openapi --merge`.",
+                    describe::DRAFT
+                )
+            },
+            "paths": {}
+        }));
+        for (template, route) in self.policy.routes() {
+            let Some((method, path)) = template.split_once(' ') else {
+                continue;
+            };
+            let (path, params) = openapi_path(path);
+            let mut op = Doc::generated(serde_json::json!({
+                "summary": format!("{template} (covered by idemgate)"),
+                "parameters": params,
+                "responses": {"default": {"description": "The API's own response, stored and replayed to every retry with the same key."}}
+            }));
+            self.apply(&mut op, route, Some(template));
+            if let Some(item) = doc
+                .entry_object("paths")
+                .and_then(|p| p.entry_object(&path))
+            {
+                if let Some(m) = item.as_object_mut() {
+                    m.insert(method.to_ascii_lowercase(), op);
+                }
+            }
+        }
+        self.add_components(&mut doc);
+        if let Some(m) = doc.as_object_mut() {
+            m.insert("x-idempotency".into(), self.default_extension());
+        }
+        doc
+    }
+
+    /// Adds the contract to every covered operation of `doc` (OpenAPI 3.0.x or 3.1.x) whose
+    /// path the policy's routes match (by the same router the layer uses, also under the
+    /// path of each `servers` URL); covered operations matching no route get the default
+    /// policy. Everything else is left as it was, in its order. Components are added under
+    /// names starting with `Idemgate`.
+    ///
+    /// # Errors
+    /// [`MergeError`] when `doc` is not an OpenAPI 3.0/3.1 object.
+    pub fn merge_into(&self, doc: &mut Doc) -> Result<MergeReport, MergeError> {
+        merge::merge(self, doc)
+    }
+
+    /// Adds the key parameter, the problem responses, the replay headers and the
+    /// extension of `route` to the operation object `op`.
+    fn apply(&self, op: &mut Doc, route: &RoutePolicy, template: Option<&str>) {
+        merge::apply(self, op, route, template);
+    }
+
+    fn add_components(&self, doc: &mut Doc) {
+        let Some(components) = doc.entry_object("components") else {
+            return;
+        };
+        if let Doc::Object(ours) = Doc::generated(describe::components()) {
+            for (kind, named) in ours {
+                let Some(section) = components.entry_object(&kind) else {
+                    continue;
+                };
+                if let (Some(section), Doc::Object(named)) = (section.as_object_mut(), named) {
+                    section.extend(named);
+                }
+            }
+        }
+    }
+
+    fn default_extension(&self) -> Doc {
+        let mut ext = describe::extension(self.policy, self.policy.default_route(), None);
+        ext["methods"] = self
+            .policy
+            .methods
+            .iter()
+            .map(Method::as_str)
+            .collect::<Vec<_>>()
+            .into();
+        ext["appliesTo"] = "covered requests that match no configured route".into();
+        Doc::generated(ext)
+    }
+}
+
+/// An OpenAPI path and its path parameters from a route template's path.
+fn openapi_path(template: &str) -> (String, Vec<serde_json::Value>) {
+    let mut params = Vec::new();
+    let path = template
+        .split('/')
+        .map(
+            |seg| match seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                Some(name) if !seg.starts_with("{{") => {
+                    let (name, catch_all) = match name.strip_prefix('*') {
+                        Some(n) => (n, true),
+                        None => (name, false),
+                    };
+                    let description = if catch_all {
+                        "The rest of the path (a catch-all: one or more segments)."
+                    } else {
+                        "A path segment."
+                    };
+                    params.push(serde_json::json!({
+                        "name": name, "in": "path", "required": true,
+                        "description": description, "schema": {"type": "string"}
+                    }));
+                    format!("{{{name}}}")
+                }
+                _ => seg.to_owned(),
+            },
+        )
+        .collect::<Vec<_>>()
+        .join("/");
+    (path, params)
+}
+
+#[cfg(test)]
+mod tests;
