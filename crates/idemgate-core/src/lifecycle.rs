@@ -225,13 +225,33 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     where
         F: std::future::Future<Output = Option<Fingerprint>>,
     {
+        let token = LeaseToken::random();
+        self.begin_with_token(key, fingerprint, plan, token, refingerprint)
+            .await
+    }
+
+    /// [`Lifecycle::begin`] with the token a new lease (inserted or taken over) carries, for
+    /// front doors whose caller names its attempt: a retried acquire of the same attempt
+    /// derives the same token, so it can recognise its own lease in a record it finds
+    /// `in_progress`. The token must be unguessable to anyone but that attempt's caller.
+    pub async fn begin_with_token<F>(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        token: LeaseToken,
+        refingerprint: impl Fn(u16) -> F,
+    ) -> Begin
+    where
+        F: std::future::Future<Output = Option<Fingerprint>>,
+    {
         if self.pending.full(&self.config) {
             return Begin::Answer(Answer::Overloaded);
         }
         let mut req = InsertRequest {
             key: key.clone(),
             fingerprint,
-            token: LeaseToken::random(),
+            token,
             lease_ttl: plan.lease_ttl,
             record_ttl: plan.record_ttl,
         };
@@ -252,7 +272,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             };
             let answer = match decide(Some(&record), &fp, now, &plan.decision) {
                 Decision::Insert => continue, // expired between the read and the decision
-                Decision::Takeover => match self.take_over(&record, now, plan).await {
+                Decision::Takeover => match self.take_over(&record, now, plan, token).await {
                     Ok(Some(holder)) => return Begin::Run(holder),
                     Ok(None) => continue, // changed since the read
                     Err(e) => self.store_failed(key, e),
@@ -317,8 +337,8 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         seen: &IdempotencyRecord,
         now: i64,
         plan: &RoutePlan,
+        token: LeaseToken,
     ) -> Result<Option<Holder>, StoreError> {
-        let token = LeaseToken::random();
         let lease = self
             .timed(
                 "take_over",
