@@ -216,13 +216,13 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             (None, "." | "" | "?") => "body".to_owned(),
             (None, p) => p.to_owned(),
         };
-        let message = match inner.classify() {
+        match inner.classify() {
+            // The body is not JSON at all: no field can be blamed.
             serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-                format!("not valid JSON ({message})")
+                ApiError::invalid("body", format!("not valid JSON ({message})"))
             }
-            _ => message,
-        };
-        ApiError::invalid(field, message)
+            _ => ApiError::invalid(field, message),
+        }
     })
 }
 

@@ -11,6 +11,7 @@ mod docs;
 mod failures;
 mod faults;
 mod fingerprint;
+mod key_service;
 mod limits;
 mod observability;
 mod ops;

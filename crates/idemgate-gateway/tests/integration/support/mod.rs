@@ -13,6 +13,7 @@ use axum::Router;
 use idemgate_gateway::config::Config;
 use tokio::sync::oneshot;
 
+pub(crate) mod key_service;
 mod relay;
 pub(crate) use relay::Relay;
 
