@@ -25,6 +25,7 @@ pub struct StoreKey {
     /// The route template (at most 1,024 bytes).
     pub route: String,
     /// The idempotency key (8–128 printable ASCII).
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~][ -~]{6,126}[!-~]$"))]
     pub key: String,
 }
 
@@ -36,6 +37,7 @@ pub struct StoreFingerprint {
     /// Algorithm version.
     pub version: u16,
     /// 64 hex digits.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-f]{64}$"))]
     pub digest: String,
 }
 
@@ -49,6 +51,7 @@ pub struct StoreLease {
     /// The fence.
     pub fence: i64,
     /// 16 hex digits.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-f]{16}$"))]
     pub token: String,
     /// ms since the Unix epoch (store clock).
     pub expires_at: i64,
@@ -106,10 +109,13 @@ pub struct InsertBody {
     /// Its fingerprint.
     pub fingerprint: StoreFingerprint,
     /// The new lease's token (16 hex digits).
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-f]{16}$"))]
     pub token: String,
     /// In ms (1 to 3,600,000).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3600000))]
     pub lease_ttl_ms: u64,
     /// In ms (1 to 2,592,000,000).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 2592000000_u64))]
     pub record_ttl_ms: u64,
 }
 
@@ -140,8 +146,10 @@ pub struct TakeOverBody {
     /// The record as read (compare-and-set on its fence, state, lease token and expiry).
     pub seen: StoreRecord,
     /// The new lease's token.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-f]{16}$"))]
     pub token: String,
     /// In ms (1 to 3,600,000).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3600000))]
     pub lease_ttl_ms: u64,
 }
 
@@ -161,6 +169,7 @@ pub struct RenewBody {
     /// The lease held.
     pub lease: StoreLease,
     /// In ms (1 to 3,600,000).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3600000))]
     pub lease_ttl_ms: u64,
 }
 
@@ -215,6 +224,7 @@ pub struct GetAnswer {
 #[serde(deny_unknown_fields)]
 pub struct PurgeBody {
     /// Most records deleted (1 to 100,000).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100000))]
     pub batch: u32,
 }
 

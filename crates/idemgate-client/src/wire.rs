@@ -23,15 +23,19 @@ pub const MAX_RECORD_TTL_MS: u64 = 30 * 24 * 3_600_000;
 pub struct AcquireRequest {
     /// What the operation is, e.g. `POST /payments` (1–256 printable ASCII): a key used on
     /// one scope never replays on another.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub scope: String,
     /// Who asks, e.g. `user-42` (1–256 printable ASCII): one principal never sees another's
     /// record.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub principal: String,
     /// The idempotency key (8–128 printable ASCII, no leading or trailing space).
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~][ -~]{6,126}[!-~]$"))]
     pub key: String,
     /// An opaque fingerprint the caller computed (1–128 printable ASCII). Give it or
     /// `request`, not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,126}[!-~])?$"))]
     pub fingerprint: Option<String>,
     /// The request, fingerprinted by the service with the gateway's algorithm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +53,7 @@ pub struct AcquireRequest {
     /// retried with the same id after a network timeout gets the same lease back instead
     /// of `in_flight`. Whoever knows it can take that lease, so keep it to the attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,126}[!-~])?$"))]
     pub attempt: Option<String>,
     /// What a lapsed lease means: `unknown` (default: `outcome_unknown`), `takeover` (run
     /// again with a higher fence, `takeover: true`) or `fail` (`previous_failed`).
@@ -136,6 +141,7 @@ pub enum AcquireResponse {
 #[serde(deny_unknown_fields)]
 pub struct LeaseInfo {
     /// Opaque token (16 hex digits).
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-f]{16}$"))]
     pub token: String,
     /// Grows on every takeover; a stale fence is refused.
     pub fence: i64,
@@ -149,6 +155,7 @@ pub struct LeaseInfo {
 #[serde(deny_unknown_fields)]
 pub struct LeaseRef {
     /// The token from `acquire`.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-f]{16}$"))]
     pub token: String,
     /// The fence from `acquire`.
     pub fence: i64,
@@ -189,10 +196,13 @@ pub struct ResponseParts {
 #[serde(deny_unknown_fields)]
 pub struct RenewRequest {
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub scope: String,
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub principal: String,
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~][ -~]{6,126}[!-~]$"))]
     pub key: String,
     /// The lease held.
     pub lease: LeaseRef,
@@ -208,10 +218,13 @@ pub struct RenewRequest {
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub scope: String,
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub principal: String,
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~][ -~]{6,126}[!-~]$"))]
     pub key: String,
     /// The lease held.
     pub lease: LeaseRef,
@@ -223,10 +236,13 @@ pub struct LeaseRequest {
 #[serde(deny_unknown_fields)]
 pub struct CompleteRequest {
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub scope: String,
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub principal: String,
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~][ -~]{6,126}[!-~]$"))]
     pub key: String,
     /// The lease held.
     pub lease: LeaseRef,
@@ -259,10 +275,13 @@ pub struct RecordView {
     /// The namespace that owns the record.
     pub namespace: String,
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub scope: String,
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
     pub principal: String,
     /// As acquired.
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~][ -~]{6,126}[!-~]$"))]
     pub key: String,
     /// `in_progress`, `completed` or `failed`.
     pub state: String,

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use crate::support::*;
+// The support module, or one whose gateways keep their records in a key service.
+use super::contract_support::*;
 
 #[tokio::test]
 async fn uncovered_methods_pass_through_untouched() {

@@ -50,3 +50,152 @@ async fn python_black_box() {
     .unwrap();
     drop(ks);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openapi_document_validates_and_schemathesis_finds_no_server_error() {
+    let Some(python) = python() else { return };
+    let ks = spawn(None, None).await;
+    tokio::task::spawn_blocking(move || {
+        let base = ks.base();
+        run_python(&python, &ks, &["check_openapi.py", &base]);
+        let schemathesis = python.with_file_name("schemathesis");
+        let auth = format!("Authorization: Bearer {TOKEN_A}");
+        let out = std::process::Command::new(schemathesis)
+            .args(["run", &format!("{base}/v1/openapi.json")])
+            .args(["--checks", "not_a_server_error", "--header", &auth])
+            .args(["--max-examples", "50", "--seed", "1", "--no-color"])
+            .env("SCHEMATHESIS_HOOKS", "")
+            // Its example database goes to the temporary directory, not the checkout.
+            .current_dir(ks.dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        println!("{text}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "schemathesis found failures:\n{text}");
+        assert!(text.contains("passed"), "{text}");
+        drop(ks);
+    })
+    .await
+    .unwrap();
+}
+
+/// A gateway in this process on `idemgate://addr` (store deadline 1 s).
+async fn gateway_on(
+    up: &crate::support::Upstream,
+    addr: &str,
+    dir: &std::path::Path,
+) -> crate::support::Gateway {
+    let token = dir.join("gateway.token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    crate::support::gateway(&up.base, &format!("idemgate://{addr}"), |c| {
+        c.store_token_file = token.display().to_string();
+        c.store_timeout = "1s".into();
+        c.purge_interval = "0s".into();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn key_service_killed_is_503_within_the_timeout_and_nothing_runs_unrecorded() {
+    use crate::support::{assert_problem, key, post, upstream};
+    let up = upstream().await;
+    let mut ks = spawn(None, None).await;
+    let addr = ks.addr.clone();
+    let gw = gateway_on(&up, &addr, ks.dir.path()).await;
+    let first = key();
+    let resp = post(&gw.base, "/payments", Some(&first), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(up.count(), 1);
+
+    ks.kill(); // SIGKILL: a crash, not a shutdown
+    for k in [key(), first.clone()] {
+        let started = std::time::Instant::now();
+        let resp = post(&gw.base, "/payments", Some(&k), "{}")
+            .send()
+            .await
+            .unwrap();
+        assert_problem(resp, 503, "store-unavailable").await;
+        // Bounded by the store deadline (1 s), with room for a loaded machine.
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        up.count(),
+        1,
+        "nothing was forwarded while the key service was down"
+    );
+
+    // Back on the same file: the first key replays, nothing runs twice.
+    let config = ks.dir.path().join("ks.toml");
+    let child = start(&config);
+    wait_for(&addr).await;
+    let restarted = KeyServiceProcess {
+        child,
+        addr: addr.clone(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let resp = post(&gw.base, "/payments", Some(&first), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.headers()["idempotent-replayed"], "true");
+    assert_eq!(up.count(), 1);
+    drop(restarted);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_service_that_never_answers_is_503_and_nothing_runs() {
+    use crate::support::{assert_problem, key, post, upstream, Relay};
+    let up = upstream().await;
+    let ks = spawn(None, None).await;
+    let relay = Relay::start(&ks.addr).await;
+    let via = format!("127.0.0.1:{}", relay.port);
+    let gw = gateway_on(&up, &via, ks.dir.path()).await;
+    let resp = post(&gw.base, "/payments", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    relay.black_hole();
+    let started = std::time::Instant::now();
+    let resp = post(&gw.base, "/payments", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(resp, 503, "store-unavailable").await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(up.count(), 1);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_with_a_wrong_token_fails_closed() {
+    use crate::support::{assert_problem, key, post, upstream};
+    let up = upstream().await;
+    let ks = spawn(None, None).await;
+    let token = ks.dir.path().join("wrong.token");
+    std::fs::write(&token, "not-a-client").unwrap();
+    let gw = crate::support::gateway(&up.base, &format!("idemgate://{}", ks.addr), |c| {
+        c.store_token_file = token.display().to_string();
+    })
+    .await;
+    let resp = post(&gw.base, "/payments", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(resp, 503, "store-unavailable").await;
+    assert_eq!(up.count(), 0);
+    gw.stop().await;
+}

@@ -6,12 +6,27 @@ mod admin;
 mod cli;
 mod concurrency;
 mod contract;
+/// What `contract.rs` tests against: the support module itself here.
+use support as contract_support;
+/// The contract tests with the gateway on `idemgate://`, its key service on SQLite.
+#[path = "."]
+mod contract_on_key_service_sqlite {
+    use crate::key_service_contract::sqlite as contract_support;
+    mod contract;
+}
+/// The contract tests with the gateway on `idemgate://`, its key service on PostgreSQL.
+#[path = "."]
+mod contract_on_key_service_postgres {
+    use crate::key_service_contract::postgres as contract_support;
+    mod contract;
+}
 mod demo;
 mod docs;
 mod failures;
 mod faults;
 mod fingerprint;
 mod key_service;
+mod key_service_contract;
 mod limits;
 mod observability;
 mod ops;
