@@ -250,3 +250,28 @@ mod tests {
         assert_eq!(field(unknown), "lease.x");
     }
 }
+
+#[cfg(test)]
+mod anchors {
+    /// Every anchor this module answers with has its section in docs/errors.md.
+    #[test]
+    fn every_anchor_is_documented() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let doc = std::fs::read_to_string(format!("{root}/docs/errors.md")).unwrap();
+        let source = include_str!("problem.rs");
+        let anchors: Vec<&str> = source
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .filter(|s| s.len() > 3 && s.contains('-'))
+            .filter(|s| s.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            .collect();
+        assert!(anchors.len() >= 9, "{anchors:?}");
+        for a in anchors {
+            assert!(
+                doc.contains(&format!("\n## {a}\n")),
+                "docs/errors.md: no `## {a}`"
+            );
+        }
+    }
+}

@@ -199,3 +199,75 @@ async fn a_gateway_with_a_wrong_token_fails_closed() {
     assert_eq!(up.count(), 0);
     gw.stop().await;
 }
+
+/// The README's "The key service" section.
+fn readme_section() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let start = readme
+        .find("\n## The key service\n")
+        .expect("README has the section");
+    let rest = &readme[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
+    rest[..end].to_owned()
+}
+
+/// The first fenced block of `lang` in `text`.
+fn block(text: &str, lang: &str) -> String {
+    let open = format!("```{lang}\n");
+    let start = text
+        .find(&open)
+        .unwrap_or_else(|| panic!("no {lang} block"))
+        + open.len();
+    let len = text[start..].find("```").unwrap();
+    text[start..start + len].to_owned()
+}
+
+#[test]
+fn readme_configuration_is_valid() {
+    let sh = block(&readme_section(), "sh");
+    let toml = sh
+        .split("<<TOML\n")
+        .nth(1)
+        .unwrap()
+        .split("\nTOML")
+        .next()
+        .unwrap();
+    let hash = "0".repeat(64);
+    let toml = toml.replace("$(printf %s \"$TOKEN\" | sha256sum | cut -d' ' -f1)", &hash);
+    assert!(toml.contains(&hash), "{toml}");
+    let config = idemgate_gateway::config::Config::from_toml(&toml).unwrap();
+    let resolved = idemgate_gateway::key_service::resolve(config, &mut Vec::new()).unwrap();
+    assert_eq!(resolved.service.listen.to_string(), "127.0.0.1:8081");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readme_python_example_runs_the_operation_once() {
+    let Some(python) = python() else { return };
+    let ks = spawn(None, None).await;
+    let script = ks.dir.path().join("readme_example.py");
+    std::fs::write(&script, block(&readme_section(), "python")).unwrap();
+    let base = ks.base();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(&script)
+            .env("IDEMGATE_URL", base)
+            .env("IDEMGATE_TOKEN", TOKEN_A)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines, ["(201, {'payment': 'pay_1', 'amount': 1000})"; 2],
+        "{stdout}"
+    );
+    drop(ks);
+}
