@@ -14,7 +14,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use idemgate_client::wire::{AcquireRequest, AcquireResponse, CompleteRequest, ResponseParts};
 use idemgate_client::KeyServiceClient;
@@ -115,6 +117,10 @@ async fn service<St: IdempotencyStore>(store: Arc<St>, secs: u64, run: u64) -> f
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    // As the binary does: answers go out as soon as they are written.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let client = KeyServiceClient::new(&format!("idemgate://{addr}"))
         .unwrap()

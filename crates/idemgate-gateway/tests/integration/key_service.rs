@@ -112,7 +112,7 @@ async fn key_service_killed_is_503_within_the_timeout_and_nothing_runs_unrecorde
 
     ks.kill(); // SIGKILL: a crash, not a shutdown
     for k in [key(), first.clone()] {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let resp = post(&gw.base, "/payments", Some(&k), "{}")
             .send()
             .await
@@ -165,7 +165,7 @@ async fn a_key_service_that_never_answers_is_503_and_nothing_runs() {
         .unwrap();
     assert_eq!(resp.status(), 201);
     relay.black_hole();
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let resp = post(&gw.base, "/payments", Some(&key()), "{}")
         .send()
         .await

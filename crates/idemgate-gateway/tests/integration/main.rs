@@ -9,12 +9,15 @@ mod contract;
 /// What `contract.rs` tests against: the support module itself here.
 use support as contract_support;
 /// The contract tests with the gateway on `idemgate://`, its key service on SQLite.
+// `contract.rs` is compiled three times on purpose: once per support module.
+#[allow(clippy::duplicate_mod)]
 #[path = "."]
 mod contract_on_key_service_sqlite {
     use crate::key_service_contract::sqlite as contract_support;
     mod contract;
 }
 /// The contract tests with the gateway on `idemgate://`, its key service on PostgreSQL.
+#[allow(clippy::duplicate_mod)]
 #[path = "."]
 mod contract_on_key_service_postgres {
     use crate::key_service_contract::postgres as contract_support;
