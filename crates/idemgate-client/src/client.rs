@@ -113,6 +113,8 @@ impl KeyServiceClient {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(DEFAULT_TIMEOUT)
             .tcp_nodelay(true)
+            // Never through a proxy from the environment: the token goes to this URL only.
+            .no_proxy()
             .pool_idle_timeout(Duration::from_secs(30))
             .redirect(reqwest::redirect::Policy::none());
         if let Some(tls) = tls {

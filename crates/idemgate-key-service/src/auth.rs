@@ -103,6 +103,11 @@ fn sha256(b: &[u8]) -> [u8; 32] {
     Sha256::digest(b).into()
 }
 
+/// True for a namespace name: 1–64 of `a-z 0-9 _ . -`, starting with a letter or digit.
+pub fn valid_namespace(s: &str) -> bool {
+    valid_name(s, true)
+}
+
 fn valid_name(s: &str, namespace: bool) -> bool {
     let ok = |b: u8| {
         b.is_ascii_digit()

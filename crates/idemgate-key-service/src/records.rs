@@ -57,7 +57,12 @@ pub async fn records<St: IdempotencyStore>(
         Some(ns) => ns.as_str(),
         None => &*caller.namespace,
     };
-    validate::text("namespace", namespace, 64)?;
+    if !crate::auth::valid_namespace(namespace) {
+        return Err(ApiError::invalid(
+            "namespace",
+            "must be 1-64 of a-z 0-9 _ . -, starting with a letter or digit",
+        ));
+    }
     let key = validate::public_key(namespace, &q.scope, &q.principal, &q.key)?;
     let store = s.lifecycle.store();
     let record = s

@@ -271,3 +271,43 @@ async fn readme_python_example_runs_the_operation_once() {
     );
     drop(ks);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_never_appear_in_the_log_even_at_trace_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let store = format!("sqlite://{}", dir.path().join("ks.db").display());
+    let config = dir.path().join("ks.toml");
+    std::fs::write(&config, config_text(&store, &addr, "")).unwrap();
+    let log = dir.path().join("stderr.log");
+    let child = command(&config)
+        .env("RUST_LOG", "trace")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for(&addr).await;
+    let mut ks = KeyServiceProcess {
+        child,
+        addr: addr.clone(),
+        dir,
+    };
+    let client = crate::support::client();
+    let wrong = "wrong-secret-token-4711";
+    for token in [TOKEN_A, wrong] {
+        let body = serde_json::json!({"scope": "POST /p", "principal": "u", "key": "key-0000000001", "fingerprint": "f"});
+        let resp = client
+            .post(format!("{}/v1/acquire", ks.base()))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status() == 200 || resp.status() == 401);
+    }
+    ks.kill();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("key service listening"), "{text}");
+    for secret in [TOKEN_A, wrong] {
+        assert!(!text.contains(secret), "the log holds a token:\n{text}");
+    }
+}

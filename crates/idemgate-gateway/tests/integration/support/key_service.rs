@@ -88,17 +88,21 @@ pub(crate) async fn spawn(store: Option<&str>, addr: Option<&str>) -> KeyService
 
 /// Starts `idemgate key-service --config FILE`.
 pub(crate) fn start(config: &Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
-        .arg("key-service")
+    let stderr = match std::env::var_os("IDEMGATE_TEST_GATEWAY_STDERR") {
+        Some(_) => std::process::Stdio::inherit(),
+        None => std::process::Stdio::null(),
+    };
+    command(config).stderr(stderr).spawn().unwrap()
+}
+
+/// The `idemgate key-service --config FILE` command, stdout discarded.
+pub(crate) fn command(config: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"));
+    cmd.arg("key-service")
         .arg("--config")
         .arg(config)
-        .stdout(std::process::Stdio::null())
-        .stderr(match std::env::var_os("IDEMGATE_TEST_GATEWAY_STDERR") {
-            Some(_) => std::process::Stdio::inherit(),
-            None => std::process::Stdio::null(),
-        })
-        .spawn()
-        .unwrap()
+        .stdout(std::process::Stdio::null());
+    cmd
 }
 
 /// Waits until `addr` accepts connections (10 s at most).
