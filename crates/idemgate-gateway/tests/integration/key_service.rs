@@ -311,3 +311,71 @@ async fn tokens_never_appear_in_the_log_even_at_trace_level() {
         assert!(!text.contains(secret), "the log holds a token:\n{text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idemgates_reaches_a_key_service_over_tls_and_an_untrusted_one_fails_closed() {
+    use crate::support::{assert_problem, key, post, upstream};
+    let dir = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cert, pem_key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&pem_key, ck.signing_key.serialize_pem()).unwrap();
+    let addr = free_addr();
+    let store = format!("sqlite://{}", dir.path().join("ks.db").display());
+    let tls = format!(
+        "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"",
+        cert.display(),
+        pem_key.display()
+    );
+    let config = dir.path().join("ks.toml");
+    std::fs::write(&config, config_text(&store, &addr, &tls)).unwrap();
+    let child = start(&config);
+    wait_for(&addr).await;
+    let port = addr.rsplit(':').next().unwrap().to_owned();
+    let ks = KeyServiceProcess { child, addr, dir };
+    let token = ks.dir.path().join("token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    let up = upstream().await;
+    let token = token.display().to_string();
+    let on = |url: String, ca: Option<String>| {
+        let (base, token) = (up.base.clone(), token.clone());
+        async move {
+            crate::support::gateway(&base, &url, move |c| {
+                c.store_token_file = token;
+                c.store_ca_file = ca.unwrap_or_default();
+            })
+            .await
+        }
+    };
+    let trusted = on(
+        format!("idemgates://localhost:{port}"),
+        Some(cert.display().to_string()),
+    )
+    .await;
+    let k = key();
+    for replayed in [false, true] {
+        let resp = post(&trusted.base, "/payments", Some(&k), "{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        assert_eq!(resp.headers().contains_key("idempotent-replayed"), replayed);
+    }
+    assert_eq!(up.count(), 1);
+    // Not trusted (system roots), or plain HTTP to the TLS port: 503, nothing forwarded.
+    for (url, ca) in [
+        (format!("idemgates://localhost:{port}"), None),
+        (format!("idemgate://localhost:{port}"), None),
+    ] {
+        let gw = on(url, ca).await;
+        let resp = post(&gw.base, "/payments", Some(&key()), "{}")
+            .send()
+            .await
+            .unwrap();
+        assert_problem(resp, 503, "store-unavailable").await;
+        gw.stop().await;
+    }
+    assert_eq!(up.count(), 1);
+    trusted.stop().await;
+    drop(ks);
+}
