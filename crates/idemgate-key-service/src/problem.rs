@@ -263,7 +263,7 @@ mod anchors {
             .split('"')
             .skip(1)
             .step_by(2)
-            .filter(|s| s.len() > 3 && s.contains('-'))
+            .filter(|s| s.len() > 3 && s.contains('-') || *s == "unauthorized")
             .filter(|s| s.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
             .collect();
         assert!(anchors.len() >= 9, "{anchors:?}");
