@@ -182,6 +182,11 @@ async fn round(kind: &str, secs: u64, run: u64) -> (f64, f64) {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench targets too; only `cargo bench` measures.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("key service benchmark: run with `cargo bench -p idemgate-key-service --bench key_service`");
+        return;
+    }
     let secs = env("IDEMGATE_BENCH_SECONDS", 5);
     let rounds = env("IDEMGATE_BENCH_ROUNDS", 3);
     let kind = std::env::var("IDEMGATE_BENCH_STORE").unwrap_or_else(|_| "sqlite".into());
