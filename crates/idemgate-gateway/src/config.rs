@@ -282,6 +282,12 @@ impl Config {
             ));
         }
         let lifecycle = self.lifecycle(&mut errs);
+        // `serve` ignores the section, but `config check` and `key-service` report it.
+        if self.key_service != idemgate_key_service::KeyServiceConfig::default() {
+            if let Err(e) = self.key_service.validate() {
+                errs.extend(e);
+            }
+        }
         let purge_interval = duration("purge_interval", &self.purge_interval, &mut errs);
         let purge_batch = std::num::NonZeroU32::new(self.purge_batch);
         if purge_batch.is_none() {

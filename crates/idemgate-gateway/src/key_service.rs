@@ -98,8 +98,11 @@ pub fn resolve(mut config: Config, errs: &mut Vec<String>) -> anyhow::Result<Key
     match (base, service) {
         (Ok(base), Ok(service)) if errs.is_empty() => Ok(KeyServiceConfig { base, service }),
         (base, service) => {
-            errs.extend(base.err().unwrap_or_default());
-            errs.extend(service.err().unwrap_or_default());
+            match base {
+                // Holds the section's errors too (see `Config::validate`).
+                Err(e) => errs.extend(e),
+                Ok(_) => errs.extend(service.err().unwrap_or_default()),
+            }
             anyhow::bail!("invalid configuration:\n  {}", errs.join("\n  "))
         }
     }

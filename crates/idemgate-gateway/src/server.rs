@@ -159,7 +159,9 @@ async fn serve(
             }
         });
     }
-    if let Some(every) = config.purge_interval {
+    // A key service purges its own store and exports its own gauges.
+    let own_store = !matches!(*store, AnyStore::KeyService(_));
+    if let Some(every) = config.purge_interval.filter(|_| own_store) {
         let (store, rx) = (store.clone(), stop_rx.clone());
         let opts = PurgeOptions {
             batch: config.purge_batch,
@@ -171,7 +173,7 @@ async fn serve(
             crate::purge::watch(&*store, opts, every, false, quiet, stopped(rx)).await;
         });
     }
-    if let Some(every) = config.gauges_interval {
+    if let Some(every) = config.gauges_interval.filter(|_| own_store) {
         let (store, rx) = (store.clone(), stop_rx.clone());
         tokio::spawn(async move { crate::gauges::refresh(&*store, every, stopped(rx)).await });
     }

@@ -379,3 +379,32 @@ async fn idemgates_reaches_a_key_service_over_tls_and_an_untrusted_one_fails_clo
     trusted.stop().await;
     drop(ks);
 }
+
+#[test]
+fn key_service_config_errors_name_their_field() {
+    let text = "[key_service]\nlisn = \"x\"\nlisten = \"nowhere\"\n[[key_service.clients]]\nname = \"p\"\nnamespace = \"Bad\"\ntoken_sha256 = \"abc\"\ntokn_file = \"f\"\n";
+    let (config, file_errs) = idemgate_gateway::config::Config::from_toml_lenient(text).unwrap();
+    let err = idemgate_gateway::key_service::resolve(config.clone(), &mut file_errs.clone())
+        .unwrap_err()
+        .to_string();
+    for want in [
+        "`key_service.lisn`: unknown key",
+        "`key_service.clients[0].tokn_file`: unknown key",
+        "key_service.listen: `nowhere` is not host:port",
+        "key_service.clients[0].namespace",
+        "key_service.clients[0].token_sha256: must be 64 hex digits",
+    ] {
+        assert!(err.contains(want), "{want} in {err}");
+    }
+    // `config check` (and `serve`) report the section too.
+    let errs = config.validate().unwrap_err().join("\n");
+    assert!(errs.contains("key_service.clients[0].namespace"), "{errs}");
+    // A key service never keeps its records in another one.
+    let text = "store = \"idemgate://127.0.0.1:1\"\n";
+    let config = idemgate_gateway::config::Config::from_toml(text).unwrap();
+    let err = idemgate_gateway::key_service::resolve(config, &mut Vec::new()).unwrap_err();
+    assert!(
+        err.to_string().contains("store: a key service cannot"),
+        "{err}"
+    );
+}
