@@ -226,7 +226,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         F: std::future::Future<Output = Option<Fingerprint>>,
     {
         let token = LeaseToken::random();
-        self.begin_with_token(key, fingerprint, plan, token, refingerprint)
+        self.begin_as(key, fingerprint, plan, (token, true), refingerprint)
             .await
     }
 
@@ -234,12 +234,33 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     /// front doors whose caller names its attempt: a retried acquire of the same attempt
     /// derives the same token, so it can recognise its own lease in a record it finds
     /// `in_progress`. The token must be unguessable to anyone but that attempt's caller.
+    ///
+    /// Unlike [`Lifecycle::begin`], an insert whose answer was lost is **not** released:
+    /// a retry of the same attempt may already hold that very lease again, and releasing it
+    /// would let another attempt run. If the caller never retries, the record lapses with
+    /// its lease.
     pub async fn begin_with_token<F>(
         &self,
         key: &ScopedKey,
         fingerprint: Fingerprint,
         plan: &RoutePlan,
         token: LeaseToken,
+        refingerprint: impl Fn(u16) -> F,
+    ) -> Begin
+    where
+        F: std::future::Future<Output = Option<Fingerprint>>,
+    {
+        self.begin_as(key, fingerprint, plan, (token, false), refingerprint)
+            .await
+    }
+
+    /// `begin` with `token`; `reclaim`: release an insert whose answer was lost.
+    async fn begin_as<F>(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        (token, reclaim): (LeaseToken, bool),
         refingerprint: impl Fn(u16) -> F,
     ) -> Begin
     where
@@ -256,7 +277,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             record_ttl: plan.record_ttl,
         };
         for _ in 0..MAX_ROUNDS {
-            let (record, now) = match self.insert(req).await {
+            let (record, now) = match self.insert(req, reclaim).await {
                 Ok((_, InsertOutcome::Inserted(lease))) => {
                     return Begin::Run(self.holder(lease, false, plan.record_ttl, plan))
                 }
@@ -302,11 +323,12 @@ impl<St: IdempotencyStore> Lifecycle<St> {
 
     /// One insert-or-get under the store deadline. When its answer is lost (a timeout: the
     /// call goes on in the background; or a backend error after the statement may have been
-    /// sent), a record it inserted is released with its own lease, so a request that was
-    /// never forwarded never reads as `outcome-unknown`.
+    /// sent), a record it inserted is released with its own lease (when `reclaim`), so a
+    /// request that was never forwarded never reads as `outcome-unknown`.
     async fn insert(
         &self,
         req: InsertRequest,
+        reclaim: bool,
     ) -> Result<(InsertRequest, InsertOutcome), StoreError> {
         let key = req.key.clone();
         let token = req.token;
@@ -321,12 +343,16 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         match out {
             Ok(Err(StoreError::Corrupt { detail })) => Err(StoreError::Corrupt { detail }),
             Ok(Err(e)) => {
-                self.reclaim(None::<std::future::Ready<_>>, &key, token);
+                if reclaim {
+                    self.reclaim(None::<std::future::Ready<_>>, &key, token);
+                }
                 Err(e)
             }
             Ok(done) => done,
             Err(_) => {
-                self.reclaim(Some(call), &key, token);
+                if reclaim {
+                    self.reclaim(Some(call), &key, token);
+                }
                 Err(StoreError::Timeout)
             }
         }

@@ -56,12 +56,17 @@ pub async fn acquire<St: IdempotencyStore>(
         }
         None => None,
     };
-    let token = attempt.unwrap_or_else(LeaseToken::random);
     let current = fp.current()?;
-    let begin = s
-        .lifecycle
-        .begin_with_token(&key, current, &plan, token, |v| ready(fp.version(v)))
-        .await;
+    let refingerprint = |v| ready(fp.version(v));
+    let begin = match attempt {
+        // A lost insert is left for the attempt's retry to find (never released under it).
+        Some(token) => {
+            s.lifecycle
+                .begin_with_token(&key, current, &plan, token, refingerprint)
+                .await
+        }
+        None => s.lifecycle.begin(&key, current, &plan, refingerprint).await,
+    };
     let answer = match begin {
         Begin::Run(holder) => AcquireResponse::Run {
             lease: lease_info(&holder.lease),
