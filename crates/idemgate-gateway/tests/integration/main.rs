@@ -30,6 +30,7 @@ mod faults;
 mod fingerprint;
 mod key_service;
 mod key_service_contract;
+mod key_service_store;
 mod limits;
 mod observability;
 mod ops;
