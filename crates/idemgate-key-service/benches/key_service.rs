@@ -3,8 +3,7 @@
 //! `begin` + the store's `complete`), at 32 concurrent callers. Run on purpose, never in CI:
 //!
 //! ```text
-//! cargo bench -p idemgate-key-service --bench key_service            # SQLite (default)
-//! IDEMGATE_BENCH_STORE=memory cargo bench -p idemgate-key-service --bench key_service
+//! cargo bench -p idemgate-key-service --bench key_service            # SQLite
 //! IDEMGATE_BENCH_SECONDS=5 IDEMGATE_BENCH_ROUNDS=3 ...               # per-round length, rounds
 //! ```
 //!
@@ -22,8 +21,7 @@ use idemgate_client::wire::{AcquireRequest, AcquireResponse, CompleteRequest, Re
 use idemgate_client::KeyServiceClient;
 use idemgate_core::lifecycle::{Begin, RoutePlan};
 use idemgate_core::{
-    Fingerprint, IdempotencyKey, IdempotencyStore, Lifecycle, MemoryStore, ScopedKey,
-    StoredResponse,
+    Fingerprint, IdempotencyKey, IdempotencyStore, Lifecycle, ScopedKey, StoredResponse,
 };
 use idemgate_key_service::{KeyService, KeyServiceConfig};
 use idemgate_sqlite::{SqliteOptions, SqliteStore};
@@ -164,21 +162,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn round(kind: &str, secs: u64, run: u64) -> (f64, f64) {
+async fn round(secs: u64, run: u64) -> (f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = |name: &str| {
         Arc::new(SqliteStore::open(dir.path().join(name), SqliteOptions::default()).unwrap())
     };
-    match kind {
-        "memory" => (
-            direct(Arc::new(MemoryStore::new()), secs, run).await,
-            service(Arc::new(MemoryStore::new()), secs, run).await,
-        ),
-        _ => (
-            direct(sqlite("direct.db"), secs, run).await,
-            service(sqlite("service.db"), secs, run).await,
-        ),
-    }
+    (
+        direct(sqlite("direct.db"), secs, run).await,
+        service(sqlite("service.db"), secs, run).await,
+    )
 }
 
 fn main() {
@@ -189,21 +181,20 @@ fn main() {
     }
     let secs = env("IDEMGATE_BENCH_SECONDS", 5);
     let rounds = env("IDEMGATE_BENCH_ROUNDS", 3);
-    let kind = std::env::var("IDEMGATE_BENCH_STORE").unwrap_or_else(|_| "sqlite".into());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     let (mut d, mut s) = (Vec::new(), Vec::new());
     for run in 0..rounds {
-        let (direct, service) = rt.block_on(round(&kind, secs, run));
+        let (direct, service) = rt.block_on(round(secs, run));
         println!("round {run}: direct {direct:.0}/s, key service {service:.0}/s");
         d.push(direct);
         s.push(service);
     }
     let (d, s) = (median(d), median(s));
     println!(
-        "{kind} store, {CALLERS} callers, acquire+complete: direct {d:.0}/s, through the key service {s:.0}/s, ratio {:.2}x",
+        "sqlite store, {CALLERS} callers, acquire+complete: direct {d:.0}/s, through the key service {s:.0}/s, ratio {:.2}x",
         s / d
     );
 }
