@@ -225,18 +225,59 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     where
         F: std::future::Future<Output = Option<Fingerprint>>,
     {
+        let token = LeaseToken::random();
+        self.begin_as(key, fingerprint, plan, (token, true), refingerprint)
+            .await
+    }
+
+    /// [`Lifecycle::begin`] with the token a new lease (inserted or taken over) carries, for
+    /// front doors whose caller names its attempt: a retried acquire of the same attempt
+    /// derives the same token, so it can recognise its own lease in a record it finds
+    /// `in_progress`. The token must be unguessable to anyone but that attempt's caller.
+    ///
+    /// Unlike [`Lifecycle::begin`], an insert whose answer was lost is **not** released:
+    /// a retry of the same attempt may already hold that very lease again, and releasing it
+    /// would let another attempt run. If the caller never retries, the record lapses with
+    /// its lease.
+    pub async fn begin_with_token<F>(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        token: LeaseToken,
+        refingerprint: impl Fn(u16) -> F,
+    ) -> Begin
+    where
+        F: std::future::Future<Output = Option<Fingerprint>>,
+    {
+        self.begin_as(key, fingerprint, plan, (token, false), refingerprint)
+            .await
+    }
+
+    /// `begin` with `token`; `reclaim`: release an insert whose answer was lost.
+    async fn begin_as<F>(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        (token, reclaim): (LeaseToken, bool),
+        refingerprint: impl Fn(u16) -> F,
+    ) -> Begin
+    where
+        F: std::future::Future<Output = Option<Fingerprint>>,
+    {
         if self.pending.full(&self.config) {
             return Begin::Answer(Answer::Overloaded);
         }
         let mut req = InsertRequest {
             key: key.clone(),
             fingerprint,
-            token: LeaseToken::random(),
+            token,
             lease_ttl: plan.lease_ttl,
             record_ttl: plan.record_ttl,
         };
         for _ in 0..MAX_ROUNDS {
-            let (record, now) = match self.insert(req).await {
+            let (record, now) = match self.insert(req, reclaim).await {
                 Ok((_, InsertOutcome::Inserted(lease))) => {
                     return Begin::Run(self.holder(lease, false, plan.record_ttl, plan))
                 }
@@ -252,7 +293,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             };
             let answer = match decide(Some(&record), &fp, now, &plan.decision) {
                 Decision::Insert => continue, // expired between the read and the decision
-                Decision::Takeover => match self.take_over(&record, now, plan).await {
+                Decision::Takeover => match self.take_over(&record, now, plan, token).await {
                     Ok(Some(holder)) => return Begin::Run(holder),
                     Ok(None) => continue, // changed since the read
                     Err(e) => self.store_failed(key, e),
@@ -282,11 +323,12 @@ impl<St: IdempotencyStore> Lifecycle<St> {
 
     /// One insert-or-get under the store deadline. When its answer is lost (a timeout: the
     /// call goes on in the background; or a backend error after the statement may have been
-    /// sent), a record it inserted is released with its own lease, so a request that was
-    /// never forwarded never reads as `outcome-unknown`.
+    /// sent), a record it inserted is released with its own lease (when `reclaim`), so a
+    /// request that was never forwarded never reads as `outcome-unknown`.
     async fn insert(
         &self,
         req: InsertRequest,
+        reclaim: bool,
     ) -> Result<(InsertRequest, InsertOutcome), StoreError> {
         let key = req.key.clone();
         let token = req.token;
@@ -301,12 +343,16 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         match out {
             Ok(Err(StoreError::Corrupt { detail })) => Err(StoreError::Corrupt { detail }),
             Ok(Err(e)) => {
-                self.reclaim(None::<std::future::Ready<_>>, &key, token);
+                if reclaim {
+                    self.reclaim(None::<std::future::Ready<_>>, &key, token);
+                }
                 Err(e)
             }
             Ok(done) => done,
             Err(_) => {
-                self.reclaim(Some(call), &key, token);
+                if reclaim {
+                    self.reclaim(Some(call), &key, token);
+                }
                 Err(StoreError::Timeout)
             }
         }
@@ -317,8 +363,8 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         seen: &IdempotencyRecord,
         now: i64,
         plan: &RoutePlan,
+        token: LeaseToken,
     ) -> Result<Option<Holder>, StoreError> {
-        let token = LeaseToken::random();
         let lease = self
             .timed(
                 "take_over",

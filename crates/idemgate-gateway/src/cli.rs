@@ -42,6 +42,9 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the gateway in front of an HTTP API.
     Serve(ServeArgs),
+    /// Run the key service: the HTTP/JSON API that services in any language call before
+    /// and after their business operation (acquire, complete, fail, release, renew).
+    KeyService(crate::key_service::KeyServiceArgs),
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),

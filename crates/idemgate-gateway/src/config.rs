@@ -43,6 +43,12 @@ pub struct Config {
     pub store_table: String,
     /// Redis key prefix; empty keeps `idemgate:`. Default empty.
     pub store_key_prefix: String,
+    /// File holding the bearer token for an `idemgate://` store (a trailing newline is
+    /// ignored); the environment variable `IDEMGATE_STORE_TOKEN` overrides it. Default empty.
+    pub store_token_file: String,
+    /// PEM CA certificates trusted for an `idemgates://` store, instead of the system's
+    /// roots. Default empty.
+    pub store_ca_file: String,
     /// Run the store's pending migrations at start-up (`idemgate migrate` runs them on
     /// purpose). Default true.
     pub store_migrate: bool,
@@ -94,6 +100,8 @@ pub struct Config {
     /// its plain SHA-256, so stored principals cannot be cracked offline. Setting, changing
     /// or removing it changes every such caller's scope (README). Default: absent.
     pub principal_hash_key_file: Option<String>,
+    /// `idemgate key-service`: its listeners and calling clients (ignored by `serve`).
+    pub key_service: idemgate_key_service::KeyServiceConfig,
 }
 
 impl Default for Config {
@@ -108,6 +116,8 @@ impl Default for Config {
             store: "sqlite://./idemgate.db".into(),
             store_table: String::new(),
             store_key_prefix: String::new(),
+            store_token_file: String::new(),
+            store_ca_file: String::new(),
             store_migrate: true,
             store_timeout: "2s".into(),
             max_pending_outcomes: 1024,
@@ -127,6 +137,7 @@ impl Default for Config {
             routes: Vec::new(),
             jwt: None,
             principal_hash_key_file: None,
+            key_service: Default::default(),
         }
     }
 }
@@ -174,7 +185,28 @@ impl Config {
             key_prefix: (!self.store_key_prefix.is_empty()).then(|| self.store_key_prefix.clone()),
             create: true,
             migrate: self.store_migrate,
+            store_token: self.store_token(),
+            store_ca_file: (!self.store_ca_file.trim().is_empty())
+                .then(|| self.store_ca_file.trim().into()),
+            store_timeout: humantime::parse_duration(&self.store_timeout)
+                .unwrap_or(Duration::from_secs(2)),
         }
+    }
+
+    /// The `idemgate://` store's token: `IDEMGATE_STORE_TOKEN`, else `store_token_file`'s
+    /// content (unreadable: `None`, and [`Config::validate`] reports it).
+    fn store_token(&self) -> Option<String> {
+        if let Ok(t) = std::env::var("IDEMGATE_STORE_TOKEN") {
+            return Some(t.trim().to_owned()).filter(|t| !t.is_empty());
+        }
+        let path = self.store_token_file.trim();
+        if path.is_empty() {
+            return None;
+        }
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|t| t.trim_end_matches(['\n', '\r']).to_owned())
+            .filter(|t| !t.is_empty())
     }
 
     /// Reads and parses a TOML file (syntax, types and unknown keys; see [`Config::validate`]
@@ -238,6 +270,16 @@ impl Config {
         let store = StoreUrl::parse(&self.store)
             .map_err(|e| errs.push(format!("store: {e}")))
             .ok();
+        let path = self.store_token_file.trim();
+        if !path.is_empty() && std::env::var_os("IDEMGATE_STORE_TOKEN").is_none() {
+            match std::fs::read_to_string(path) {
+                Ok(t) if t.trim().is_empty() => {
+                    errs.push(format!("store_token_file: {path} is empty"))
+                }
+                Ok(_) => {}
+                Err(e) => errs.push(format!("store_token_file: cannot read {path}: {e}")),
+            }
+        }
         let upstream_timeout = duration("upstream_timeout", &self.upstream_timeout, &mut errs);
         if !(1..=MAX_RESPONSE_HEADERS_LIMIT).contains(&self.max_response_headers) {
             errs.push(format!(
@@ -246,6 +288,12 @@ impl Config {
             ));
         }
         let lifecycle = self.lifecycle(&mut errs);
+        // `serve` ignores the section, but `config check` and `key-service` report it.
+        if self.key_service != idemgate_key_service::KeyServiceConfig::default() {
+            if let Err(e) = self.key_service.validate() {
+                errs.extend(e);
+            }
+        }
         let purge_interval = duration("purge_interval", &self.purge_interval, &mut errs);
         let purge_batch = std::num::NonZeroU32::new(self.purge_batch);
         if purge_batch.is_none() {

@@ -13,6 +13,8 @@
 //!   rustls for the listener and `https://` upstreams; [`reload`]: the configuration re-read on
 //!   `SIGHUP`.
 //! - [`openapi`]: the contract as OpenAPI (`idemgate openapi`).
+//! - [`key_service`]: `idemgate key-service`, the [`idemgate_key_service`] router on this
+//!   binary's stores, listeners and TLS.
 //! - [`payments`] and [`demo`]: the example payments API and the incident replay.
 
 pub mod admin;
@@ -20,6 +22,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod gauges;
+pub mod key_service;
 pub mod linger;
 pub mod migrate;
 pub mod openapi;
@@ -92,6 +95,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
             let resolve: reload::Resolve = Box::new(move || args.resolve());
             server::run_reloading(config, listener, admin, shutdown_signal(), Some(resolve)).await
         }
+        Command::KeyService(args) => key_service::command(args, shutdown_signal()).await,
         Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),
         Command::Purge(args) => purge::command(args).await,
         Command::Migrate(args) => {

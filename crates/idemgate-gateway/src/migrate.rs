@@ -15,6 +15,9 @@ pub async fn run(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<String> {
     opts.create = true;
     match url {
         StoreUrl::Memory => Ok("memory:// has no schema; nothing to do".into()),
+        StoreUrl::KeyService(_) => {
+            Ok("idemgate:// has no schema here; the key service migrates its own store".into())
+        }
         StoreUrl::Redis(u) => {
             AnyStore::open(url, &opts).await?;
             Ok(format!(

@@ -158,8 +158,10 @@ async fn serve(
             }
         });
     }
+    // A key service purges its own store and exports its own gauges.
+    let own_store = !matches!(*store, AnyStore::KeyService(_));
     // The purge stops when its handle drops, at the latest when `serve` returns.
-    let purge = config.purge_interval.map(|every| {
+    let purge = config.purge_interval.filter(|_| own_store).map(|every| {
         let store = store.clone();
         let opts = PurgeOptions {
             batch: config.purge_batch,
@@ -171,7 +173,7 @@ async fn serve(
             crate::purge::watch(&*store, opts, every, false, quiet, stop.wait()).await;
         })
     });
-    if let Some(every) = config.gauges_interval {
+    if let Some(every) = config.gauges_interval.filter(|_| own_store) {
         let (store, rx) = (store.clone(), stop_rx.clone());
         tokio::spawn(async move { crate::gauges::refresh(&*store, every, stopped(rx)).await });
     }

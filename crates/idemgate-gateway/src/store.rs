@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use idemgate_client::{KeyServiceClient, KeyServiceStore};
 use idemgate_core::store::Result;
 use idemgate_core::{GaugedStore, StoreGauges};
 use idemgate_core::{
@@ -26,6 +27,9 @@ pub enum StoreUrl {
     Postgres(String),
     /// `redis://`, `rediss://` (TLS), `redis+cluster://host:port,host:port` (Redis Cluster).
     Redis(String),
+    /// `idemgate://host:port` or `idemgates://host:port` (TLS): a key service, whose
+    /// records this gateway shares with every other caller of its namespace.
+    KeyService(String),
 }
 
 impl StoreUrl {
@@ -59,8 +63,11 @@ impl StoreUrl {
         {
             return Ok(Self::Redis(url.to_owned()));
         }
+        if url.starts_with("idemgate://") || url.starts_with("idemgates://") {
+            return Ok(Self::KeyService(url.to_owned()));
+        }
         Err(format!(
-            "`{url}` is not a supported store URL (sqlite://PATH, postgres://..., redis://..., redis+cluster://..., or memory://)"
+            "`{url}` is not a supported store URL (sqlite://PATH, postgres://..., redis://..., redis+cluster://..., idemgate://HOST:PORT, or memory://)"
         ))
     }
 }
@@ -76,6 +83,8 @@ pub enum AnyStore {
     Postgres(PostgresStore),
     /// Redis or Redis Cluster.
     Redis(RedisStore),
+    /// A key service (`idemgate://`).
+    KeyService(KeyServiceStore),
 }
 
 /// How to open a store.
@@ -90,6 +99,13 @@ pub struct OpenOptions {
     /// Create a SQLite file that does not exist yet (off for `purge`, where a missing file
     /// is a typo).
     pub create: bool,
+    /// Bearer token for an `idemgate://` store (`store_token_file`, or the environment
+    /// variable `IDEMGATE_STORE_TOKEN`).
+    pub store_token: Option<String>,
+    /// PEM CA certificates trusted for an `idemgates://` store instead of the system's.
+    pub store_ca_file: Option<PathBuf>,
+    /// Deadline of each call to an `idemgate://` store. Defaults to 2 s (`store_timeout`).
+    pub store_timeout: Duration,
 }
 
 impl AnyStore {
@@ -141,8 +157,29 @@ impl AnyStore {
                 }
                 Self::Redis(store)
             }
+            StoreUrl::KeyService(url) => Self::KeyService(open_key_service(url, opts)?),
         })
     }
+}
+
+/// The client of an `idemgate://` store: its token, its CA file, `store_timeout`.
+fn open_key_service(url: &str, opts: &OpenOptions) -> anyhow::Result<KeyServiceStore> {
+    let client = if url.starts_with("idemgates://") {
+        let tls = crate::tls::client_config(opts.store_ca_file.as_deref())
+            .map_err(|e| anyhow::anyhow!("store_ca_file: {e}"))?;
+        KeyServiceClient::with_tls(url, (*tls).clone())
+    } else {
+        KeyServiceClient::new(url)
+    }
+    .map_err(|e| anyhow::anyhow!("store: {e}"))?;
+    let mut client = client.with_timeout(opts.store_timeout);
+    match &opts.store_token {
+        Some(token) => client = client.with_token(token.clone()),
+        None => tracing::warn!(
+            "store: no store_token_file (or IDEMGATE_STORE_TOKEN) for the key service; its calls will get 401"
+        ),
+    }
+    Ok(KeyServiceStore::new(client))
 }
 
 /// `url` without credentials, for messages and logs: the password of the user part is
@@ -218,6 +255,7 @@ macro_rules! each {
             AnyStore::Sqlite($s) => $e,
             AnyStore::Postgres($s) => $e,
             AnyStore::Redis($s) => $e,
+            AnyStore::KeyService($s) => $e,
         }
     };
 }
@@ -260,12 +298,29 @@ impl IdempotencyStore for AnyStore {
     }
 }
 
+/// Why a gateway on a key service has no store gauges.
+const KEY_SERVICE_GAUGES: &str = "the key service exports its store's gauges on its own /metrics";
+
 impl GaugedStore for AnyStore {
     async fn gauges(&self) -> Result<StoreGauges> {
-        each!(self, s => s.gauges().await)
+        match self {
+            Self::Memory(s) => s.gauges().await,
+            Self::Sqlite(s) => s.gauges().await,
+            Self::Postgres(s) => s.gauges().await,
+            Self::Redis(s) => s.gauges().await,
+            Self::KeyService(_) => Err(idemgate_core::StoreError::Backend(
+                KEY_SERVICE_GAUGES.into(),
+            )),
+        }
     }
     async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>> {
-        each!(self, s => s.count_expired(limit).await)
+        match self {
+            Self::Memory(s) => s.count_expired(limit).await,
+            Self::Sqlite(s) => s.count_expired(limit).await,
+            Self::Postgres(s) => s.count_expired(limit).await,
+            Self::Redis(s) => s.count_expired(limit).await,
+            Self::KeyService(_) => Ok(None),
+        }
     }
 }
 

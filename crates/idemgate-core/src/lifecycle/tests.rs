@@ -262,6 +262,32 @@ async fn a_store_that_hangs_answers_unavailable_within_the_deadline_and_the_inse
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_named_attempt_whose_insert_reply_was_lost_keeps_its_lease_for_its_retry() {
+    let (e, s) = engine();
+    let (k, p) = (unique_key("alice"), RoutePlan::default());
+    let token = crate::record::LeaseToken(42);
+    let fp1 = crate::testing::fp(1);
+    s.lose_insert_reply.store(true, Ordering::SeqCst);
+    let first = e
+        .begin_with_token(&k, fp1, &p, token, |_| async { None })
+        .await;
+    assert!(matches!(first, Begin::Answer(Answer::Unavailable(_))));
+    s.lose_insert_reply.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Not released: the retry of this attempt finds its own lease still there.
+    let r = s.inner.get(&k).await.unwrap().expect("kept for the retry");
+    assert_eq!(r.lease_token, Some(token));
+    // Another attempt is refused while it holds.
+    assert!(matches!(
+        e.begin_with_token(&k, fp1, &p, crate::record::LeaseToken(7), |_| async {
+            None
+        })
+        .await,
+        Begin::Answer(Answer::InFlight { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_insert_whose_reply_was_lost_is_released_by_its_token() {
     let (e, s) = engine();
     let (k, p) = (unique_key("alice"), RoutePlan::default());

@@ -27,6 +27,33 @@ impl Config {
                     sift::<JwtConfig>(t, "jwt.", errs, |_, _, _| false);
                     true
                 }
+                ("key_service", toml::Value::Table(t)) => {
+                    sift::<idemgate_key_service::KeyServiceConfig>(
+                        t,
+                        "key_service.",
+                        errs,
+                        |key, value, errs| match (key, value) {
+                            ("clients", toml::Value::Array(items))
+                                if items.iter().all(toml::Value::is_table) =>
+                            {
+                                for (i, item) in items.iter_mut().enumerate() {
+                                    if let toml::Value::Table(t) = item {
+                                        let at = format!("key_service.clients[{i}].");
+                                        sift::<idemgate_key_service::ClientConfig>(
+                                            t,
+                                            &at,
+                                            errs,
+                                            |_, _, _| false,
+                                        );
+                                    }
+                                }
+                                true
+                            }
+                            _ => false,
+                        },
+                    );
+                    true
+                }
                 ("routes", toml::Value::Array(items))
                     if items.iter().all(toml::Value::is_table) =>
                 {

@@ -7,12 +7,32 @@ mod cli;
 mod clients;
 mod concurrency;
 mod contract;
+/// What `contract.rs` tests against: the support module itself here.
+use support as contract_support;
+/// The contract tests with the gateway on `idemgate://`, its key service on SQLite.
+// `contract.rs` is compiled three times on purpose: once per support module.
+#[allow(clippy::duplicate_mod)]
+#[path = "."]
+mod contract_on_key_service_sqlite {
+    use crate::key_service_contract::sqlite as contract_support;
+    mod contract;
+}
+/// The contract tests with the gateway on `idemgate://`, its key service on PostgreSQL.
+#[allow(clippy::duplicate_mod)]
+#[path = "."]
+mod contract_on_key_service_postgres {
+    use crate::key_service_contract::postgres as contract_support;
+    mod contract;
+}
 mod demo;
 mod docs;
 mod failures;
 mod faults;
 mod fingerprint;
 mod key_lifetime;
+mod key_service;
+mod key_service_contract;
+mod key_service_store;
 mod limits;
 mod observability;
 mod openapi;

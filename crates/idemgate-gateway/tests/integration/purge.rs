@@ -76,6 +76,9 @@ impl Target {
             key_prefix,
             migrate: true,
             create: true,
+            store_token: None,
+            store_ca_file: None,
+            store_timeout: Duration::from_secs(2),
         };
         AnyStore::open(&StoreUrl::parse(&self.url()).unwrap(), &opts)
             .await

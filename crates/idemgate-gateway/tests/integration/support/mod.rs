@@ -13,6 +13,7 @@ use axum::Router;
 use idemgate_gateway::config::Config;
 use tokio::sync::oneshot;
 
+pub(crate) mod key_service;
 mod python;
 mod relay;
 pub(crate) use python::{data, output_within, python, text};
@@ -128,9 +129,16 @@ pub(crate) struct Gateway {
     pub(crate) admin: String,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    /// What must live as long as the gateway (e.g. the key service behind it).
+    kept: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl Gateway {
+    /// Keeps `thing` alive until the gateway is dropped.
+    pub(crate) fn keep(&mut self, thing: Box<dyn std::any::Any + Send>) {
+        self.kept.push(thing);
+    }
+
     /// Stops the gateway and waits until it has drained.
     pub(crate) async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
@@ -173,6 +181,7 @@ pub(crate) async fn gateway(
         admin: admin_base,
         stop: Some(tx),
         task,
+        kept: Vec::new(),
     }
 }
 

@@ -1,0 +1,213 @@
+//! [`KeyServiceStore`]: the [`IdempotencyStore`] primitives over the key service's
+//! `/v1/store/...`, so a gateway or a tower layer keeps its own policy (and decides once)
+//! while many of them share one key service.
+//!
+//! Fails closed: a timeout, a refused connection or an answer that cannot be read is
+//! [`StoreError::Timeout`] / [`StoreError::Unavailable`] / [`StoreError::Backend`], which
+//! the lifecycle answers with `503` and never runs the operation on.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use idemgate_core::store::Result;
+use idemgate_core::{
+    IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
+    ScopedKey, StoreError, StoredResponse, UnixMillis,
+};
+
+use crate::client::{ClientError, KeyServiceClient};
+use crate::store_wire::*;
+
+/// An [`IdempotencyStore`] whose records live in a key service
+/// (`store = "idemgate://host:port"`), in the namespace of the client's token.
+#[derive(Clone, Debug)]
+pub struct KeyServiceStore {
+    client: KeyServiceClient,
+}
+
+impl KeyServiceStore {
+    /// A store over `client` (its URL, token and timeout).
+    pub fn new(client: KeyServiceClient) -> Self {
+        Self { client }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &KeyServiceClient {
+        &self.client
+    }
+}
+
+/// The store error for a failed call.
+fn store_error(e: ClientError) -> StoreError {
+    match e {
+        ClientError::Timeout(_) => StoreError::Timeout,
+        ClientError::Unreachable(e) => StoreError::Unavailable(Box::new(e)),
+        ClientError::Problem(p) => match p.anchor() {
+            "lease-lost" => StoreError::LeaseLost,
+            "record-corrupt" => StoreError::Corrupt { detail: p.detail },
+            "store-unavailable" => StoreError::Unavailable(Box::new(ClientError::Problem(p))),
+            _ => StoreError::Backend(Box::new(ClientError::Problem(p))),
+        },
+        e => StoreError::Backend(Box::new(e)),
+    }
+}
+
+fn decode_error(what: &str, e: String) -> StoreError {
+    StoreError::Backend(format!("unexpected {what} from the key service: {e}").into())
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn lease_body(lease: &Lease) -> StoreLease {
+    StoreLease::from_core(lease, StoreKey::from_core(&lease.key))
+}
+
+impl IdempotencyStore for KeyServiceStore {
+    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome> {
+        let body = InsertBody {
+            key: StoreKey::from_core(&req.key),
+            fingerprint: StoreFingerprint::from_core(&req.fingerprint),
+            token: token_hex(req.token),
+            lease_ttl_ms: ms(req.lease_ttl),
+            record_ttl_ms: ms(req.record_ttl),
+        };
+        let answer: InsertAnswer = self
+            .client
+            .post("/v1/store/insert_or_get", &body)
+            .await
+            .map_err(store_error)?;
+        Ok(match answer {
+            InsertAnswer::Inserted { lease } => {
+                let lease = lease
+                    .to_core(req.key.clone())
+                    .map_err(|e| decode_error("lease", e))?;
+                if lease.token != req.token {
+                    return Err(decode_error("lease", "another token".into()));
+                }
+                InsertOutcome::Inserted(lease)
+            }
+            InsertAnswer::Existing { record, now } => InsertOutcome::Existing {
+                record: record
+                    .to_core(req.key.clone())
+                    .map_err(|e| decode_error("record", e))?,
+                now,
+            },
+        })
+    }
+
+    async fn take_over(
+        &self,
+        seen: &IdempotencyRecord,
+        token: LeaseToken,
+        lease_ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        let body = TakeOverBody {
+            seen: StoreRecord::from_core(seen, StoreKey::from_core(&seen.key)),
+            token: token_hex(token),
+            lease_ttl_ms: ms(lease_ttl),
+        };
+        let answer: TakeOverAnswer = self
+            .client
+            .post("/v1/store/take_over", &body)
+            .await
+            .map_err(store_error)?;
+        answer
+            .lease
+            .map(|l| l.to_core(seen.key.clone()))
+            .transpose()
+            .map_err(|e| decode_error("lease", e))
+    }
+
+    async fn renew(&self, lease: &Lease, lease_ttl: Duration) -> Result<UnixMillis> {
+        let body = RenewBody {
+            lease: lease_body(lease),
+            lease_ttl_ms: ms(lease_ttl),
+        };
+        let answer: RenewAnswer = self
+            .client
+            .post("/v1/store/renew", &body)
+            .await
+            .map_err(store_error)?;
+        Ok(answer.expires_at)
+    }
+
+    async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<()> {
+        let body = CompleteBody {
+            lease: lease_body(lease),
+            response: StoreResponse::from_core(response),
+        };
+        let _: Done = self
+            .client
+            .post("/v1/store/complete", &body)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn fail(&self, lease: &Lease) -> Result<()> {
+        let body = LeaseBody {
+            lease: lease_body(lease),
+        };
+        let _: Done = self
+            .client
+            .post("/v1/store/fail", &body)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        let body = LeaseBody {
+            lease: lease_body(lease),
+        };
+        let _: Done = self
+            .client
+            .post("/v1/store/release", &body)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
+        let body = GetBody {
+            key: StoreKey::from_core(key),
+        };
+        let answer: GetAnswer = self
+            .client
+            .post("/v1/store/get", &body)
+            .await
+            .map_err(store_error)?;
+        answer
+            .record
+            .map(|r| r.to_core(key.clone()))
+            .transpose()
+            .map_err(|e| decode_error("record", e))
+    }
+
+    /// Purges through the service (admin clients only; the key service also purges on its
+    /// own schedule).
+    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {
+        let body = PurgeBody { batch: batch.get() };
+        let answer: PurgeAnswer = self
+            .client
+            .post("/v1/store/purge", &body)
+            .await
+            .map_err(store_error)?;
+        Ok(answer.purged)
+    }
+
+    async fn ping(&self) -> Result<()> {
+        let _: Done = self
+            .client
+            .get("/v1/store/ping")
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    fn backend(&self) -> &'static str {
+        "key-service"
+    }
+}

@@ -1,0 +1,323 @@
+"""Black-box tests of `idemgate key-service`, driven over HTTP with `requests`.
+
+The Rust integration test `key_service::python_black_box` starts the binary and sets:
+KS_BASE (http://host:port), KS_TOKEN_A and KS_TOKEN_B (clients of namespaces `alpha` and
+`beta`), KS_TOKEN_ADMIN (an admin client of namespace `ops`).
+"""
+
+import base64
+import json
+import os
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+BASE = os.environ["KS_BASE"]
+TOKEN_A = os.environ["KS_TOKEN_A"]
+TOKEN_B = os.environ["KS_TOKEN_B"]
+TOKEN_ADMIN = os.environ["KS_TOKEN_ADMIN"]
+SCOPE = "POST /payments"
+
+
+def call(path, body, token=TOKEN_A, session=requests):
+    return session.post(
+        BASE + path,
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+
+
+def new_key():
+    return "key-" + uuid.uuid4().hex
+
+
+def acquire(key, token=TOKEN_A, **extra):
+    body = {"scope": SCOPE, "principal": "user-42", "key": key, "fingerprint": "fp-1"}
+    body.update(extra)
+    r = call("/v1/acquire", body, token)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def held(key, lease, **extra):
+    body = {"scope": SCOPE, "principal": "user-42", "key": key, "lease": lease}
+    body.update(extra)
+    return body
+
+
+RESPONSE = {
+    "status": 201,
+    "headers": [["content-type", "application/json"], ["location", "/payments/p1"]],
+    "body_base64": base64.b64encode(b'{"id":"p1"}').decode(),
+}
+
+
+def problem(r, status, anchor):
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["type"] == f"urn:idemgate:problem:{anchor}", body
+    assert body["status"] == status
+    return body
+
+
+def test_run_complete_then_replay_and_a_repeated_complete_succeeds():
+    key = new_key()
+    first = acquire(key)
+    assert first["decision"] == "run"
+    assert first["takeover"] is False
+    lease = first["lease"]
+    assert isinstance(lease["token"], str) and isinstance(lease["fence"], int)
+    assert lease["expires_at"] > time.time() * 1000
+
+    done = call("/v1/complete", held(key, lease, response=RESPONSE))
+    assert done.status_code == 200, done.text
+    assert done.json() == {"state": "completed", "repeated": False}
+    again = call("/v1/complete", held(key, lease, response=RESPONSE))
+    assert again.status_code == 200, again.text
+    assert again.json() == {"state": "completed", "repeated": True}
+    # The same lease with another response is not a repeat.
+    other = dict(RESPONSE, status=200)
+    problem(call("/v1/complete", held(key, lease, response=other)), 409, "lease-lost")
+
+    replay = acquire(key)
+    assert replay["decision"] == "replay"
+    assert replay["response"] == RESPONSE
+
+
+def test_in_flight_while_the_first_attempt_holds_the_lease():
+    key = new_key()
+    assert acquire(key)["decision"] == "run"
+    second = acquire(key)
+    assert second["decision"] == "in_flight"
+    assert 0 < second["retry_after_ms"] <= 1000
+
+
+def test_another_fingerprint_is_a_mismatch_whatever_the_state():
+    key = new_key()
+    lease = acquire(key)["lease"]
+    assert acquire(key, fingerprint="fp-2")["decision"] == "mismatch"
+    assert call("/v1/complete", held(key, lease, response=RESPONSE)).status_code == 200
+    assert acquire(key, fingerprint="fp-2")["decision"] == "mismatch"
+
+
+def test_a_failed_attempt_answers_previous_failed():
+    key = new_key()
+    lease = acquire(key)["lease"]
+    r = call("/v1/fail", held(key, lease))
+    assert r.status_code == 200 and r.json()["state"] == "failed", r.text
+    assert call("/v1/fail", held(key, lease)).json()["repeated"] is True
+    assert acquire(key)["decision"] == "previous_failed"
+
+
+def test_a_lapsed_lease_answers_outcome_unknown_and_a_late_complete_still_lands():
+    key = new_key()
+    lease = acquire(key, lease_ttl_ms=1000)["lease"]
+    time.sleep(1.3)
+    assert acquire(key)["decision"] == "outcome_unknown"
+    # The holder was alive after all: its outcome lands and is replayed from then on.
+    assert call("/v1/complete", held(key, lease, response=RESPONSE)).status_code == 200
+    assert acquire(key)["decision"] == "replay"
+
+
+def test_a_stale_fence_after_a_takeover_is_lease_lost_everywhere():
+    key = new_key()
+    old = acquire(key, lease_ttl_ms=1000)["lease"]
+    time.sleep(1.3)
+    taken = acquire(key, on_lease_expired="takeover")
+    assert taken["decision"] == "run" and taken["takeover"] is True, taken
+    new = taken["lease"]
+    assert new["fence"] == old["fence"] + 1
+    for path, extra in [
+        ("/v1/complete", {"response": RESPONSE}),
+        ("/v1/fail", {}),
+        ("/v1/release", {}),
+        ("/v1/renew", {}),
+    ]:
+        problem(call(path, held(key, old, **extra)), 409, "lease-lost")
+    renewed = call("/v1/renew", held(key, new, lease_ttl_ms=5000))
+    assert renewed.status_code == 200, renewed.text
+    assert renewed.json()["lease"]["fence"] == new["fence"]
+    assert call("/v1/complete", held(key, new, response=RESPONSE)).status_code == 200
+    record = requests.get(
+        BASE + "/v1/records",
+        params={"scope": SCOPE, "principal": "user-42", "key": key},
+        headers={"Authorization": f"Bearer {TOKEN_A}"},
+        timeout=10,
+    ).json()
+    assert record["state"] == "completed" and record["fence"] == new["fence"]
+
+
+def test_a_retried_attempt_gets_the_same_lease_and_another_attempt_does_not():
+    key = new_key()
+    attempt = str(uuid.uuid4())
+    first = acquire(key, attempt=attempt)
+    again = acquire(key, attempt=attempt)
+    assert first["decision"] == again["decision"] == "run"
+    assert again["lease"]["token"] == first["lease"]["token"]
+    assert again["lease"]["fence"] == first["lease"]["fence"]
+    assert acquire(key, attempt=str(uuid.uuid4()))["decision"] == "in_flight"
+    assert acquire(key)["decision"] == "in_flight"
+    # Once completed, the same attempt gets the replay, never a second lease.
+    assert call("/v1/complete", held(key, first["lease"], response=RESPONSE)).status_code == 200
+    assert acquire(key, attempt=attempt)["decision"] == "replay"
+    # The same attempt id in another namespace is another record.
+    assert acquire(key, token=TOKEN_B, attempt=attempt)["decision"] == "run"
+
+
+def test_200_concurrent_acquires_of_one_key_give_exactly_one_run():
+    key = new_key()
+    barrier = threading.Barrier(200)
+
+    def one(_):
+        with requests.Session() as s:
+            body = {"scope": SCOPE, "principal": "user-42", "key": key, "fingerprint": "fp-1"}
+            barrier.wait()
+            r = call("/v1/acquire", body, session=s)
+            return r.status_code, r.json().get("decision")
+
+    with ThreadPoolExecutor(max_workers=200) as pool:
+        results = list(pool.map(one, range(200)))
+    statuses = {s for s, _ in results}
+    assert statuses == {200}, results
+    decisions = [d for _, d in results]
+    assert decisions.count("run") == 1, decisions
+    assert decisions.count("in_flight") == 199, decisions
+
+
+def test_namespaces_never_see_or_change_each_other():
+    key = new_key()
+    a = acquire(key)
+    assert a["decision"] == "run"
+    # Namespace beta: same scope, principal and key, its own record.
+    b = acquire(key, token=TOKEN_B)
+    assert b["decision"] == "run"
+    # beta cannot complete or release alpha's lease.
+    problem(call("/v1/complete", held(key, a["lease"], response=RESPONSE), TOKEN_B), 409, "lease-lost")
+    problem(call("/v1/release", held(key, a["lease"]), TOKEN_B), 409, "lease-lost")
+    assert call("/v1/complete", held(key, a["lease"], response=RESPONSE)).status_code == 200
+    params = {"scope": SCOPE, "principal": "user-42", "key": key}
+    get = lambda token, **p: requests.get(  # noqa: E731
+        BASE + "/v1/records",
+        params=dict(params, **p),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert get(TOKEN_A).json()["state"] == "completed"
+    assert get(TOKEN_B).json()["state"] == "in_progress"
+    problem(get(TOKEN_B, namespace="alpha"), 403, "namespace-forbidden")
+    seen = get(TOKEN_ADMIN, namespace="alpha")
+    assert seen.status_code == 200 and seen.json()["namespace"] == "alpha"
+    assert seen.json()["response"]["status"] == 201
+    assert "body_base64" not in seen.json()["response"]
+    with_body = get(TOKEN_A, body="true").json()["response"]
+    assert base64.b64decode(with_body["body_base64"]) == b'{"id":"p1"}'
+    problem(get(TOKEN_ADMIN), 404, "record-not-found")
+
+
+def test_missing_or_wrong_tokens_get_401():
+    body = {"scope": SCOPE, "principal": "p", "key": new_key(), "fingerprint": "f"}
+    for headers in [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Basic {TOKEN_A}"},
+        {"Authorization": f"Bearer {TOKEN_A}x"},
+        {"Authorization": "Bearer"},
+    ]:
+        r = requests.post(BASE + "/v1/acquire", json=body, headers=headers, timeout=10)
+        problem(r, 401, "unauthorized")
+        assert r.headers["www-authenticate"].startswith("Bearer")
+    r = requests.get(BASE + "/v1/records", params={"scope": SCOPE}, timeout=10)
+    problem(r, 401, "unauthorized")
+
+
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"lease_ttl_ms": 999}, "lease_ttl_ms"),
+        ({"lease_ttl_ms": 3_600_001}, "lease_ttl_ms"),
+        ({"record_ttl_ms": 59_999}, "record_ttl_ms"),
+        ({"record_ttl_ms": 30 * 24 * 3_600_000 + 1}, "record_ttl_ms"),
+        ({"key": "short"}, "key"),
+        ({"key": "bad key \u00e9 here"}, "key"),
+        ({"scope": ""}, "scope"),
+        ({"principal": "x" * 257}, "principal"),
+        ({"fingerprint": "x" * 129}, "fingerprint"),
+        ({"fingerprint": None}, "fingerprint"),
+        ({"surprise": 1}, "surprise"),
+        ({"attempt": ""}, "attempt"),
+        ({"lease_ttl_ms": "10s"}, "lease_ttl_ms"),
+        ({"request": {"method": "POST", "path": "/p"}}, "request"),
+    ],
+)
+def test_invalid_fields_are_400_naming_the_field(change, field):
+    body = {"scope": SCOPE, "principal": "p", "key": new_key(), "fingerprint": "f"}
+    body.update(change)
+    body = {k: v for k, v in body.items() if v is not None}
+    got = problem(call("/v1/acquire", body), 400, "invalid-request")
+    assert got["field"] == field, got
+
+
+def test_bad_json_oversized_bodies_and_bad_leases():
+    r = requests.post(
+        BASE + "/v1/acquire",
+        data=b'{"scope": ',
+        headers={"Authorization": f"Bearer {TOKEN_A}", "Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert problem(r, 400, "invalid-request")["field"] == "body"
+    big = {"scope": SCOPE, "principal": "p", "key": new_key(), "fingerprint": "f",
+           "attempt": "x" * (3 << 20)}
+    problem(call("/v1/acquire", big), 413, "request-too-large")
+    key = new_key()
+    lease = acquire(key)["lease"]
+    bad = dict(lease, token="zz")
+    assert problem(call("/v1/release", held(key, bad)), 400, "invalid-request")["field"] == "lease.token"
+    bad_status = dict(RESPONSE, status=304)
+    got = problem(call("/v1/complete", held(key, lease, response=bad_status)), 400, "invalid-request")
+    assert got["field"] == "response.status"
+    bad_header = dict(RESPONSE, headers=[["bad header", "v"]])
+    got = problem(call("/v1/complete", held(key, lease, response=bad_header)), 400, "invalid-request")
+    assert got["field"] == "response.headers[0][0]"
+    problem(requests.get(BASE + "/v1/nothing", timeout=10), 404, "unknown-endpoint")
+
+
+def test_requests_are_fingerprinted_with_the_gateway_rules():
+    key = new_key()
+
+    def req(body):
+        return {
+            "method": "POST",
+            "path": "/payments",
+            "content_type": "application/json",
+            "body_base64": base64.b64encode(body).decode(),
+        }
+
+    first = acquire(key, fingerprint=None, request=req(b'{"amount": 10, "currency": "EUR"}'))
+    assert first["decision"] == "run"
+    assert call("/v1/complete", held(key, first["lease"], response=RESPONSE)).status_code == 200
+    same = acquire(key, fingerprint=None, request=req(b'{"currency":"EUR","amount":10}'))
+    assert same["decision"] == "replay"
+    other = acquire(key, fingerprint=None, request=req(b'{"currency":"EUR","amount":11}'))
+    assert other["decision"] == "mismatch"
+
+
+def test_release_lets_the_key_run_again():
+    key = new_key()
+    lease = acquire(key)["lease"]
+    r = call("/v1/release", held(key, lease))
+    assert r.status_code == 200 and r.json()["state"] == "released"
+    problem(call("/v1/release", held(key, lease)), 409, "lease-lost")
+    assert acquire(key)["decision"] == "run"
+
+
+def test_openapi_document_is_served_without_a_token():
+    doc = requests.get(BASE + "/v1/openapi.json", timeout=10).json()
+    assert doc["openapi"].startswith("3.1")
+    assert "/v1/acquire" in doc["paths"]
+    assert json.dumps(doc)  # plain JSON

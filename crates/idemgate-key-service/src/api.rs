@@ -1,0 +1,222 @@
+//! The public API: `/v1/acquire`, `/v1/renew`, `/v1/complete`, `/v1/fail`, `/v1/release`.
+//! `acquire` drives the core lifecycle (the decision is made once, in core); the others are
+//! fenced store writes.
+
+use std::future::ready;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::Json;
+use idemgate_client::store_wire::token_hex;
+use idemgate_client::wire::*;
+use idemgate_core::lifecycle::{Answer, Begin, RoutePlan};
+use idemgate_core::{
+    DecisionPolicy, Fingerprint, IdempotencyStore, Lease, LeaseExpiredPolicy, LeaseToken,
+    RecordState, ScopedKey, StoreError,
+};
+use sha2::{Digest, Sha256};
+
+use crate::auth::Caller;
+use crate::fingerprint::RequestFingerprint;
+use crate::problem::{ApiError, JsonBody};
+use crate::validate;
+use crate::KeyService;
+
+/// The lease when `lease_ttl_ms` is not given, in ms (10 s).
+pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
+/// The record TTL when `record_ttl_ms` is not given, in ms (24 h).
+pub const DEFAULT_RECORD_TTL_MS: u64 = 24 * 3_600_000;
+
+type Shared<St> = State<Arc<KeyService<St>>>;
+
+/// `POST /v1/acquire`.
+#[utoipa::path(post, path = "/v1/acquire", tag = "keys", request_body = AcquireRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The decision", body = AcquireResponse),
+        (status = 400, description = "A field breaks a rule (`invalid-request`)", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or unknown token (`unauthorized`)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over the limit (`request-too-large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "The record is corrupt (`record-corrupt`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Store unavailable; nothing was handed out (`store-unavailable`)", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn acquire<St: IdempotencyStore>(
+    State(s): Shared<St>,
+    caller: Caller,
+    JsonBody(req): JsonBody<AcquireRequest>,
+) -> Result<Json<AcquireResponse>, ApiError> {
+    let key = validate::public_key(&caller.namespace, &req.scope, &req.principal, &req.key)?;
+    let fp = RequestFingerprint::from_request(&req)?;
+    let plan = plan(&req)?;
+    let attempt = match &req.attempt {
+        Some(a) => {
+            validate::text("attempt", a, 128)?;
+            Some(attempt_token(&key, a))
+        }
+        None => None,
+    };
+    let current = fp.current()?;
+    let refingerprint = |v| ready(fp.version(v));
+    let begin = match attempt {
+        // A lost insert is left for the attempt's retry to find (never released under it).
+        Some(token) => {
+            s.lifecycle
+                .begin_with_token(&key, current, &plan, token, refingerprint)
+                .await
+        }
+        None => s.lifecycle.begin(&key, current, &plan, refingerprint).await,
+    };
+    let answer = match begin {
+        Begin::Run(holder) => AcquireResponse::Run {
+            lease: lease_info(&holder.lease),
+            takeover: holder.takeover,
+        },
+        Begin::Answer(answer) => match answer {
+            Answer::InFlight { retry_after_ms } => match attempt {
+                Some(t) => s.own_lease(&key, t, current).await?,
+                None => None,
+            }
+            .unwrap_or(AcquireResponse::InFlight { retry_after_ms }),
+            Answer::Replay(r) => AcquireResponse::Replay {
+                response: validate::response_parts(&r),
+            },
+            Answer::NotReplayable { status } => AcquireResponse::NotKept { status },
+            Answer::Mismatch => AcquireResponse::Mismatch,
+            Answer::PreviousFailed => AcquireResponse::PreviousFailed,
+            Answer::OutcomeUnknown => AcquireResponse::OutcomeUnknown,
+            Answer::Corrupt => return Err(ApiError::corrupt()),
+            _ => return Err(ApiError::unavailable()),
+        },
+    };
+    metrics::counter!("idempotency_key_service_decisions_total", "client" => caller.name.to_string(), "decision" => decision_name(&answer)).increment(1);
+    Ok(Json(answer))
+}
+
+fn decision_name(a: &AcquireResponse) -> &'static str {
+    match a {
+        AcquireResponse::Run { .. } => "run",
+        AcquireResponse::Replay { .. } => "replay",
+        AcquireResponse::InFlight { .. } => "in_flight",
+        AcquireResponse::Mismatch => "mismatch",
+        AcquireResponse::PreviousFailed => "previous_failed",
+        AcquireResponse::OutcomeUnknown => "outcome_unknown",
+        AcquireResponse::NotKept { .. } => "not_kept",
+    }
+}
+
+fn plan(req: &AcquireRequest) -> Result<RoutePlan, ApiError> {
+    let lease_ttl = validate::ttl(
+        "lease_ttl_ms",
+        req.lease_ttl_ms,
+        MIN_LEASE_TTL_MS,
+        MAX_LEASE_TTL_MS,
+        DEFAULT_LEASE_TTL_MS,
+    )?;
+    let record_ttl = validate::ttl(
+        "record_ttl_ms",
+        req.record_ttl_ms,
+        MIN_RECORD_TTL_MS,
+        MAX_RECORD_TTL_MS,
+        DEFAULT_RECORD_TTL_MS,
+    )?;
+    Ok(RoutePlan {
+        lease_ttl,
+        record_ttl,
+        decision: DecisionPolicy {
+            lease_expired: match req.on_lease_expired.unwrap_or(LeaseExpired::Unknown) {
+                LeaseExpired::Unknown => LeaseExpiredPolicy::Unknown,
+                LeaseExpired::Takeover => LeaseExpiredPolicy::Takeover,
+                LeaseExpired::Fail => LeaseExpiredPolicy::Fail,
+            },
+            retry_failed: req.retry_failed.unwrap_or(false),
+            // A record whose lease is unreadable blocks for the longest lease anyone may
+            // hold, never less.
+            max_lease: Duration::from_millis(MAX_LEASE_TTL_MS),
+        },
+    })
+}
+
+/// The lease token of a named attempt: SHA-256 over the record's scoped identity and the
+/// attempt id (each length-prefixed), so only that attempt of that record derives it.
+fn attempt_token(key: &ScopedKey, attempt: &str) -> LeaseToken {
+    let mut h = Sha256::new();
+    h.update(b"idemgate-attempt-v1");
+    for part in [
+        key.principal.as_bytes(),
+        key.route.as_bytes(),
+        key.key.as_str().as_bytes(),
+        attempt.as_bytes(),
+    ] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part);
+    }
+    let d = h.finalize();
+    LeaseToken(i64::from_be_bytes([
+        d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7],
+    ]))
+}
+
+fn lease_info(l: &Lease) -> LeaseInfo {
+    LeaseInfo {
+        token: token_hex(l.token),
+        fence: l.fence,
+        expires_at: l.expires_at,
+    }
+}
+
+/// The answer for a store failure of a fenced write.
+pub(crate) fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::LeaseLost => {
+            metrics::counter!("idempotency_lease_lost_total").increment(1);
+            ApiError::lease_lost()
+        }
+        StoreError::Corrupt { detail } => {
+            tracing::error!(%detail, "stored record is corrupt");
+            ApiError::corrupt()
+        }
+        e => {
+            tracing::warn!(error = %e, "store unavailable");
+            ApiError::unavailable()
+        }
+    }
+}
+
+impl<St: IdempotencyStore> KeyService<St> {
+    /// Runs one store call under the lifecycle's store deadline.
+    pub(crate) async fn timed<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.lifecycle.config().store_timeout, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout))
+    }
+
+    /// The lease a retried attempt holds: the record is `in_progress` under this attempt's
+    /// token and the same fingerprint. Anything else is someone else's.
+    async fn own_lease(
+        &self,
+        key: &ScopedKey,
+        token: LeaseToken,
+        fp: Fingerprint,
+    ) -> Result<Option<AcquireResponse>, ApiError> {
+        let store = self.lifecycle.store();
+        let record = self.timed(store.get(key)).await.map_err(store_error)?;
+        Ok(record
+            .filter(|r| {
+                r.state == RecordState::InProgress
+                    && r.lease_token == Some(token)
+                    && r.fingerprint == fp
+            })
+            .map(|r| AcquireResponse::Run {
+                lease: LeaseInfo {
+                    token: token_hex(token),
+                    fence: r.fence,
+                    expires_at: r.lease_expires_at.unwrap_or(r.created_at),
+                },
+                takeover: r.fence > 1,
+            }))
+    }
+}

@@ -1,0 +1,178 @@
+//! `/v1/renew`, `/v1/complete`, `/v1/fail`, `/v1/release`: fenced writes. A stale or unknown
+//! lease is `409 lease-lost` and changes nothing; repeating a `complete` (or `fail`) whose
+//! write already landed, with the same lease and response, succeeds.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use idemgate_client::store_wire::token_hex;
+use idemgate_client::wire::*;
+use idemgate_core::{IdempotencyStore, Lease, RecordState, StoreError, StoredResponse};
+
+use crate::api::{store_error, DEFAULT_LEASE_TTL_MS};
+use crate::auth::Caller;
+use crate::problem::{ApiError, JsonBody};
+use crate::validate;
+use crate::KeyService;
+
+type Shared<St> = State<Arc<KeyService<St>>>;
+
+fn held(
+    caller: &Caller,
+    scope: &str,
+    principal: &str,
+    key: &str,
+    lease: &LeaseRef,
+) -> Result<Lease, ApiError> {
+    let key = validate::public_key(&caller.namespace, scope, principal, key)?;
+    validate::lease(&key, lease)
+}
+
+fn landed(state: &str, repeated: bool) -> Json<OutcomeResponse> {
+    Json(OutcomeResponse {
+        state: state.into(),
+        repeated,
+    })
+}
+
+/// `POST /v1/renew`.
+#[utoipa::path(post, path = "/v1/renew", tag = "keys", request_body = RenewRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The lease with its new expiry", body = RenewResponse),
+        (status = 400, description = "`invalid-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`lease-lost`: stale or unknown lease", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`store-unavailable`", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn renew<St: IdempotencyStore>(
+    State(s): Shared<St>,
+    caller: Caller,
+    JsonBody(req): JsonBody<RenewRequest>,
+) -> Result<Json<RenewResponse>, ApiError> {
+    let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
+    let ttl = validate::ttl(
+        "lease_ttl_ms",
+        req.lease_ttl_ms,
+        MIN_LEASE_TTL_MS,
+        MAX_LEASE_TTL_MS,
+        DEFAULT_LEASE_TTL_MS,
+    )?;
+    let store = s.lifecycle.store();
+    let expires_at = s
+        .timed(store.renew(&lease, ttl))
+        .await
+        .map_err(store_error)?;
+    Ok(Json(RenewResponse {
+        lease: LeaseInfo {
+            token: token_hex(lease.token),
+            fence: lease.fence,
+            expires_at,
+        },
+    }))
+}
+
+/// `POST /v1/complete`.
+#[utoipa::path(post, path = "/v1/complete", tag = "keys", request_body = CompleteRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Stored (or already stored with this lease and response)", body = OutcomeResponse),
+        (status = 400, description = "`invalid-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`lease-lost`: stale or unknown lease", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`request-too-large`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`store-unavailable`", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn complete<St: IdempotencyStore>(
+    State(s): Shared<St>,
+    caller: Caller,
+    JsonBody(req): JsonBody<CompleteRequest>,
+) -> Result<Json<OutcomeResponse>, ApiError> {
+    let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
+    let response = validate::response(&req.response)?;
+    let store = s.lifecycle.store();
+    match s.timed(store.complete(&lease, &response)).await {
+        Ok(()) => Ok(landed("completed", false)),
+        Err(StoreError::LeaseLost) => s
+            .repeated(&lease, RecordState::Completed, Some(&response))
+            .await
+            .map(|()| landed("completed", true)),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+/// `POST /v1/fail`.
+#[utoipa::path(post, path = "/v1/fail", tag = "keys", request_body = LeaseRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Marked failed (or already failed under this lease)", body = OutcomeResponse),
+        (status = 400, description = "`invalid-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`lease-lost`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`store-unavailable`", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn fail<St: IdempotencyStore>(
+    State(s): Shared<St>,
+    caller: Caller,
+    JsonBody(req): JsonBody<LeaseRequest>,
+) -> Result<Json<OutcomeResponse>, ApiError> {
+    let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
+    let store = s.lifecycle.store();
+    match s.timed(store.fail(&lease)).await {
+        Ok(()) => Ok(landed("failed", false)),
+        Err(StoreError::LeaseLost) => s
+            .repeated(&lease, RecordState::Failed, None)
+            .await
+            .map(|()| landed("failed", true)),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+/// `POST /v1/release`: the operation did not run; the key may be used again.
+#[utoipa::path(post, path = "/v1/release", tag = "keys", request_body = LeaseRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Released", body = OutcomeResponse),
+        (status = 400, description = "`invalid-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`lease-lost` (also for a release repeated after it landed)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`store-unavailable`", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn release<St: IdempotencyStore>(
+    State(s): Shared<St>,
+    caller: Caller,
+    JsonBody(req): JsonBody<LeaseRequest>,
+) -> Result<Json<OutcomeResponse>, ApiError> {
+    let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
+    let store = s.lifecycle.store();
+    s.timed(store.release(&lease)).await.map_err(store_error)?;
+    Ok(landed("released", false))
+}
+
+impl<St: IdempotencyStore> KeyService<St> {
+    /// After `lease-lost`: `Ok` when the record already holds this very outcome under this
+    /// lease's fence (the caller's earlier write landed and its answer was lost).
+    async fn repeated(
+        &self,
+        lease: &Lease,
+        state: RecordState,
+        response: Option<&StoredResponse>,
+    ) -> Result<(), ApiError> {
+        let store = self.lifecycle.store();
+        let record = self
+            .timed(store.get(&lease.key))
+            .await
+            .map_err(store_error)?;
+        match record {
+            Some(r)
+                if r.state == state
+                    && r.fence == lease.fence
+                    && r.response.as_ref() == response =>
+            {
+                Ok(())
+            }
+            _ => Err(store_error(StoreError::LeaseLost)),
+        }
+    }
+}
