@@ -9,6 +9,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use bytes::Bytes;
 use idemgate_core::store::Result;
 use idemgate_core::{
     IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
@@ -34,6 +35,21 @@ impl KeyServiceStore {
     /// The client.
     pub fn client(&self) -> &KeyServiceClient {
         &self.client
+    }
+}
+
+impl KeyServiceStore {
+    async fn post_complete(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+    ) -> std::result::Result<(), ClientError> {
+        let body = CompleteBody {
+            lease: lease_body(lease),
+            response: StoreResponse::from_core(response),
+        };
+        let _: Done = self.client.post("/v1/store/complete", &body).await?;
+        Ok(())
     }
 }
 
@@ -133,17 +149,31 @@ impl IdempotencyStore for KeyServiceStore {
         Ok(answer.expires_at)
     }
 
+    /// A response the key service refuses to keep (`413 request-too-large` past its
+    /// `max_request_bytes`, or `400 invalid-request`) is a final answer, not a blip: the
+    /// key completes as not replayable (status only; retries get `410 response-not-kept`),
+    /// never retried forever and never released (the operation ran).
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<()> {
-        let body = CompleteBody {
-            lease: lease_body(lease),
-            response: StoreResponse::from_core(response),
-        };
-        let _: Done = self
-            .client
-            .post("/v1/store/complete", &body)
-            .await
-            .map_err(store_error)?;
-        Ok(())
+        match self.post_complete(lease, response).await {
+            Err(ClientError::Problem(p))
+                if response.replayable
+                    && matches!(p.anchor(), "request-too-large" | "invalid-request") =>
+            {
+                tracing::warn!(
+                    status = response.status,
+                    detail = %p.detail,
+                    "the key service refused the response; the key completes as not replayable"
+                );
+                let kept = StoredResponse {
+                    status: response.status,
+                    headers: Vec::new(),
+                    body: Bytes::new(),
+                    replayable: false,
+                };
+                self.post_complete(lease, &kept).await.map_err(store_error)
+            }
+            other => other.map_err(store_error),
+        }
     }
 
     async fn fail(&self, lease: &Lease) -> Result<()> {

@@ -88,6 +88,7 @@ pub const MAX_STORED_RESPONSE_BYTES: usize = 256 << 20;
 /// # Errors
 /// The first rule broken, as a message (e.g. `"status 304 is never replayed"`).
 pub fn check_storable(response: &StoredResponse) -> Result<(), String> {
+    check_header_syntax(&response.headers)?;
     let status = response.status;
     if !is_status_allowed(status, response.replayable) {
         return Err(match status {
@@ -116,6 +117,29 @@ pub fn check_storable(response: &StoredResponse) -> Result<(), String> {
         return Err(format!(
             "{total} bytes of headers and body exceed {MAX_STORED_RESPONSE_BYTES}"
         ));
+    }
+    Ok(())
+}
+
+/// Header fields as HTTP allows them (RFC 9110 §5.1, §5.5): a name of token characters, a
+/// value without control characters other than tab (so no CR, LF or NUL). A stored
+/// response breaking this is never written, and one read back is corrupt: it is never
+/// replayed, by any front door.
+///
+/// # Errors
+/// The first field that breaks the rule, by position.
+pub fn check_header_syntax(headers: &[(String, Bytes)]) -> Result<(), String> {
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let field_byte = |b: u8| b == b'\t' || (b >= 0x20 && b != 0x7f);
+    for (i, (name, value)) in headers.iter().enumerate() {
+        if name.is_empty() || !name.bytes().all(tchar) {
+            return Err(format!("header {i} has a name that is not an HTTP token"));
+        }
+        if !value.iter().copied().all(field_byte) {
+            return Err(format!(
+                "header `{name}` has a control character in its value"
+            ));
+        }
     }
     Ok(())
 }
@@ -304,6 +328,7 @@ impl RawRecord {
             .ok_or_else(|| corrupt("stored headers missing"))?;
         let headers = StoredResponse::decode_headers(raw_headers)
             .map_err(|e| corrupt(&format!("stored headers: {e}")))?;
+        check_header_syntax(&headers).map_err(|e| corrupt(&format!("stored headers: {e}")))?;
         let body = match (&self.body, replayable) {
             (Some(b), _) => b.clone(),
             (None, false) => Bytes::new(),

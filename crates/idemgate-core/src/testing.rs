@@ -69,7 +69,7 @@ pub fn response(len: usize) -> StoredResponse {
                 Bytes::from_static(b"application/json"),
             ),
             ("location".into(), Bytes::from_static(b"/payments/1")),
-            ("x-raw".into(), Bytes::from_static(b"\xff\x00\x80")),
+            ("x-raw".into(), Bytes::from_static(b"\xff\x80")),
         ],
         body: (0..len).map(|i| (i * 31 % 256) as u8).collect(),
         replayable: true,

@@ -178,14 +178,7 @@ impl<S: HasClients + Send + Sync> FromRequestParts<S> for Caller {
             metrics::counter!("idempotency_key_service_unauthorized_total").increment(1);
             return Err(ApiError::unauthorized());
         };
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
+        let token = value.to_str().ok().and_then(bearer_token).map(str::trim);
         match token.and_then(|t| state.clients().find(t)) {
             Some(caller) => Ok(caller.clone()),
             None => {
@@ -196,9 +189,26 @@ impl<S: HasClients + Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
+/// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110 §11.1, RFC 6750
+/// §2.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{ClientConfig, Clients};
+    use super::{bearer_token, ClientConfig, Clients};
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer t0k", "bearer t0k", "BEARER t0k", "BeArEr t0k"] {
+            assert_eq!(bearer_token(v), Some("t0k"), "{v}");
+        }
+        for v in ["Basic t0k", "Bearert0k", "t0k", "Bearer"] {
+            assert_eq!(bearer_token(v), None, "{v}");
+        }
+    }
 
     fn client(name: &str, ns: &str, hash: &str) -> ClientConfig {
         ClientConfig {

@@ -73,6 +73,19 @@ fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
+/// Headers no replay carries, whatever a record holds: framing (`content-length`,
+/// recomputed, and the hop-by-hop ones, RFC 9110 §7.6.1), `set-cookie`, `date` (fresh) and
+/// the reserved `Idempotent-*` headers. A record written by an older build or through a
+/// store's own API may hold them; they are dropped, never sent.
+fn never_replayed(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
+        || *name == header::CONTENT_LENGTH
+        || *name == IDEMPOTENT_REPLAYED
+        || *name == IDEMPOTENT_TAKEOVER
+        || *name == header::SET_COOKIE
+        || *name == header::DATE
+}
+
 /// The response headers kept for replay: all but hop-by-hop ones, `content-length`,
 /// `set-cookie` and `date` (never replayed, whatever the configuration says) and the `deny`
 /// list, in order.
@@ -81,13 +94,7 @@ pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String
     headers
         .iter()
         .filter(|(name, _)| {
-            !is_hop_by_hop(name, &connection)
-                && *name != header::CONTENT_LENGTH
-                && *name != IDEMPOTENT_REPLAYED
-                && *name != IDEMPOTENT_TAKEOVER
-                && *name != header::SET_COOKIE
-                && *name != header::DATE
-                && !deny.contains(name)
+            !is_hop_by_hop(name, &connection) && !never_replayed(name) && !deny.contains(name)
         })
         .map(|(name, value)| {
             (
@@ -104,7 +111,8 @@ pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String
 pub struct NotReplayable(pub &'static str);
 
 /// A replay of `stored`: its status, headers and body, a fresh `Date`, a recomputed
-/// `Content-Length` and `Idempotent-Replayed: true`.
+/// `Content-Length` and `Idempotent-Replayed: true`. Stored framing, hop-by-hop,
+/// `Set-Cookie`, `Date` and `Idempotent-*` headers are dropped.
 ///
 /// # Errors
 /// [`NotReplayable`] when the stored status or a stored header is not valid HTTP: the
@@ -121,7 +129,9 @@ pub fn replay(stored: &StoredResponse) -> Result<Response<BoxBody>, NotReplayabl
         let n =
             HeaderName::from_bytes(name.as_bytes()).map_err(|_| NotReplayable("header name"))?;
         let v = HeaderValue::from_bytes(value).map_err(|_| NotReplayable("header value"))?;
-        headers.append(n, v);
+        if !never_replayed(&n) {
+            headers.append(n, v);
+        }
     }
     headers.insert(header::DATE, date_now());
     headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
@@ -131,4 +141,48 @@ pub fn replay(stored: &StoredResponse) -> Result<Response<BoxBody>, NotReplayabl
 fn date_now() -> HeaderValue {
     HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now()))
         .unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(headers: &[(&str, &str)]) -> StoredResponse {
+        StoredResponse {
+            status: 201,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), Bytes::copy_from_slice(v.as_bytes())))
+                .collect(),
+            body: Bytes::from_static(b"{\"id\":1}"),
+            replayable: true,
+        }
+    }
+
+    #[test]
+    fn framing_and_hop_by_hop_headers_of_a_record_are_never_replayed() {
+        let record = stored(&[
+            ("transfer-encoding", "chunked"),
+            ("content-length", "1000"),
+            ("connection", "close"),
+            ("set-cookie", "session=other"),
+            ("date", "Mon, 01 Jan 2001 00:00:00 GMT"),
+            ("idempotent-takeover", "true"),
+            ("location", "/payments/1"),
+        ]);
+        let resp = replay(&record).expect("valid");
+        let h = resp.headers();
+        for name in [
+            "transfer-encoding",
+            "content-length",
+            "connection",
+            "set-cookie",
+        ] {
+            assert!(h.get(name).is_none(), "{name} was replayed");
+        }
+        assert!(h.get("idempotent-takeover").is_none());
+        assert_ne!(h[header::DATE], "Mon, 01 Jan 2001 00:00:00 GMT");
+        assert_eq!(h[header::LOCATION], "/payments/1");
+        assert_eq!(h[IDEMPOTENT_REPLAYED], "true");
+    }
 }

@@ -212,7 +212,28 @@ fn check_storable_matches_validate() {
                 headers: vec![(String::new(), Bytes::from_static(b"v"))],
                 ..response(1)
             },
-            "cannot be encoded",
+            "not an HTTP token",
+        ),
+        (
+            StoredResponse {
+                headers: vec![("bad name\r\nx".into(), Bytes::from_static(b"v"))],
+                ..response(1)
+            },
+            "not an HTTP token",
+        ),
+        (
+            StoredResponse {
+                headers: vec![("x-a".into(), Bytes::from_static(b"v\r\nset-cookie: a=1"))],
+                ..response(1)
+            },
+            "control character",
+        ),
+        (
+            StoredResponse {
+                headers: vec![("x-a".into(), Bytes::from_static(b"v\0"))],
+                ..response(1)
+            },
+            "control character",
         ),
         (
             StoredResponse {
@@ -225,5 +246,29 @@ fn check_storable_matches_validate() {
     for (r, why) in refused {
         let err = check_storable(&r).unwrap_err();
         assert!(err.contains(why), "{err} (wanted {why})");
+    }
+}
+
+/// A record whose stored headers break HTTP's field syntax (written behind the store's back,
+/// or by an older build) reads back as corrupt, never as a response to replay.
+#[test]
+fn a_stored_header_with_a_line_break_reads_back_as_corrupt() {
+    let key = unique_key("alice");
+    for headers in [
+        vec![(
+            "x-a".to_owned(),
+            Bytes::from_static(b"v\r\nset-cookie: a=1"),
+        )],
+        vec![("bad name".to_owned(), Bytes::from_static(b"v"))],
+    ] {
+        let r = StoredResponse {
+            headers,
+            ..response(2)
+        };
+        let raw = RawRecord::completed(&key, fp(1), 1, 0, 10, &r);
+        match raw.validate() {
+            Err(StoreError::Corrupt { detail }) => assert!(detail.contains("stored headers")),
+            other => panic!("a damaged header was accepted: {other:?}"),
+        }
     }
 }

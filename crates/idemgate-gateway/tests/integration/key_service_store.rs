@@ -192,3 +192,52 @@ async fn idemgates_reaches_a_key_service_over_tls_and_an_untrusted_one_fails_clo
     trusted.stop().await;
     drop(ks);
 }
+
+/// A response the key service refuses to keep (over its `max_request_bytes` once encoded)
+/// is a final answer: the first client gets it whole, the key completes as not replayable
+/// (retries get `410`), the operation never runs again, and the gateway's outcome queue
+/// does not fill with writes retried forever (later keys are served).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_response_the_key_service_refuses_completes_as_not_kept() {
+    use crate::support::{assert_problem, key, post, upstream};
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = free_addr();
+    let sqlite = format!("sqlite://{}", dir.path().join("ks.db").display());
+    let text = config_text(&sqlite, &addr, "purge_interval = \"0s\"").replace(
+        "admin_listen = \"\"\n",
+        "admin_listen = \"\"\nmax_request_bytes = 65536\n",
+    );
+    let config = dir.path().join("ks.toml");
+    std::fs::write(&config, text).unwrap();
+    let child = start(&config);
+    wait_for(&addr).await;
+    let ks = KeyServiceProcess { child, addr, dir };
+    let gw = gateway_on(&up, &ks.addr, ks.dir.path()).await;
+
+    let big = key();
+    let resp = post(&gw.base, "/payments?bytes=200000", Some(&big), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.bytes().await.unwrap().len(), 200_000);
+    for _ in 0..3 {
+        let retry = post(&gw.base, "/payments?bytes=200000", Some(&big), "{}")
+            .send()
+            .await
+            .unwrap();
+        assert_problem(retry, 410, "response-not-kept").await;
+    }
+    assert_eq!(up.count(), 1, "the operation ran once");
+
+    let small = key();
+    let resp = post(&gw.base, "/payments", Some(&small), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(up.count(), 2);
+    drop(ks);
+    gw.stop().await;
+}
