@@ -39,6 +39,34 @@ impl Fields {
         Ok(Self(pairs))
     }
 
+    /// Every field a record may have, in the order `insert_or_get.lua` returns their values
+    /// (see `scripts/common.lua`).
+    pub(crate) const NAMES: [&'static str; 17] = [
+        "p", "r", "k", "fv", "fd", "st", "fe", "lt", "le", "ca", "co", "ex", "rs", "rh", "rb",
+        "rr", "cs",
+    ];
+
+    /// Reads an `HMGET` reply for [`Fields::NAMES`]: one value per name, in order, nil for
+    /// a field not set (left out, as `HGETALL` leaves it out). Half the items of an
+    /// `HGETALL` reply to parse.
+    pub(crate) fn from_values(v: Value) -> Result<Self> {
+        let items = array(v)?;
+        if items.len() != Self::NAMES.len() {
+            return Err(unexpected(format!(
+                "HMGET reply of {} values for {} fields",
+                items.len(),
+                Self::NAMES.len()
+            )));
+        }
+        let mut pairs = Vec::with_capacity(items.len());
+        for (name, value) in Self::NAMES.iter().zip(items) {
+            if !matches!(value, Value::Nil) {
+                pairs.push((name.as_bytes().to_vec(), bytes(value)?));
+            }
+        }
+        Ok(Self(pairs))
+    }
+
     /// True when the record does not exist.
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()

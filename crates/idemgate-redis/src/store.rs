@@ -193,7 +193,7 @@ impl RedisStore {
     }
 
     /// The outcome of an `insert_or_get.lua` reply: `{1, now, fence, lease_expires_at}`
-    /// or `{0, now, {field, value, ...}}`.
+    /// or `{0, now, {value, ...}}` (the values of [`Fields::NAMES`], in order).
     fn insert_outcome(req: &InsertRequest, reply: Value) -> Result<InsertOutcome, StoreError> {
         let mut items = array(reply)?;
         let tag = items.first().map(int).transpose()?;
@@ -205,7 +205,7 @@ impl RedisStore {
                 expires_at: int(&items[3])?,
             })),
             (Some(0), 3) => {
-                let fields = Fields::from_value(items.swap_remove(2))?;
+                let fields = Fields::from_values(items.swap_remove(2))?;
                 Ok(InsertOutcome::Existing {
                     now: int(&items[1])?,
                     record: fields.into_record(&req.key)?,

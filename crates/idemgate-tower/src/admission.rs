@@ -158,7 +158,10 @@ where
     let (tx, rx) = tokio::sync::oneshot::channel();
     let request = Request::from_parts(parts, full(bytes));
     let lifecycle = ctx.lifecycle.clone();
-    ctx.tasks.spawn(run(inner, lifecycle, covered, request, tx));
+    // Boxed: the task's future (the whole lifecycle, several KiB) is then moved by pointer
+    // into the task and its stages instead of being copied on each move.
+    ctx.tasks
+        .spawn(Box::pin(run(inner, lifecycle, covered, request, tx)));
     match rx.await {
         Ok((outcome, mut answer)) => {
             if let Some(route) = &lifetime_route {

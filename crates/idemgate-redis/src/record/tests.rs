@@ -76,10 +76,32 @@ fn set(fields: &mut Vec<(&'static str, Vec<u8>)>, name: &'static str, value: Opt
     }
 }
 
+/// The values of `fields` as `insert_or_get.lua`'s `HMGET` returns them.
+fn positional(fields: &[(&str, Vec<u8>)]) -> Value {
+    let value = |name: &str| {
+        let found = fields.iter().find(|(f, _)| *f == name);
+        found.map_or(Value::Nil, |(_, v)| Value::BulkString(v.clone()))
+    };
+    Value::Array(Fields::NAMES.iter().map(|n| value(n)).collect())
+}
+
+/// Decodes `fields` from an `HGETALL` reply, and checks the `HMGET` reply reads the same.
 fn decode(fields: &[(&str, Vec<u8>)]) -> Result<IdempotencyRecord, StoreError> {
-    Fields::from_value(flat(fields))
+    let all = Fields::from_value(flat(fields))
         .unwrap()
-        .into_record(&key())
+        .into_record(&key());
+    let listed = Fields::from_values(positional(fields))
+        .unwrap()
+        .into_record(&key());
+    assert_eq!(format!("{all:?}"), format!("{listed:?}"), "{fields:?}");
+    all
+}
+
+#[test]
+fn an_hmget_reply_of_another_length_is_refused() {
+    let short = Value::Array(vec![Value::Nil; Fields::NAMES.len() - 1]);
+    assert!(Fields::from_values(short).is_err());
+    assert!(Fields::from_values(Value::Nil).is_err());
 }
 
 #[test]

@@ -7,7 +7,8 @@
 --       6 lease token  7 lease ttl ms  8 record ttl ms
 --
 -- Returns {1, now, fence, lease_expires_at} when the record was inserted, or
--- {0, now, {field, value, ...}} with the stored record (HGETALL) otherwise. A record past
+-- {0, now, {value, ...}} with the stored record otherwise: the values of the fields of
+-- `common.lua`, in that order (HMGET; false, a nil reply, for a field not set). A record past
 -- its expires_at (Redis has not dropped the key yet) is replaced with its fence + 1. A
 -- record this script cannot read (missing or non-numeric expiry or fence, another scope)
 -- is returned as stored, never overwritten: the client reports it as corrupt.
@@ -21,7 +22,8 @@ if redis.call('EXISTS', key) == 1 then
   local fe, ex = tonumber(c[4]), tonumber(c[5])
   if ex == nil or now < ex or fe == nil
       or c[1] ~= ARGV[1] or c[2] ~= ARGV[2] or c[3] ~= ARGV[3] then
-    return {0, now, redis.call('HGETALL', key)}
+    return {0, now, redis.call('HMGET', key, 'p', 'r', 'k', 'fv', 'fd', 'st', 'fe', 'lt',
+      'le', 'ca', 'co', 'ex', 'rs', 'rh', 'rb', 'rr', 'cs')}
   end
   -- expired by TTL: nothing of the old record survives, and no old lease matches again
   fence = fe + 1
