@@ -1,0 +1,63 @@
+//! The store's and the engine's settings of a [`Config`]: opening options, the
+//! `idemgate://` token, the lifecycle's deadlines and bounds.
+
+use std::time::Duration;
+
+use idemgate_core::LifecycleConfig;
+
+use super::parse::duration;
+use super::Config;
+use crate::store::OpenOptions;
+
+impl Config {
+    /// The store's opening options.
+    pub fn open_options(&self) -> OpenOptions {
+        OpenOptions {
+            table: (!self.store_table.is_empty()).then(|| self.store_table.clone()),
+            key_prefix: (!self.store_key_prefix.is_empty()).then(|| self.store_key_prefix.clone()),
+            create: true,
+            migrate: self.store_migrate,
+            store_token: self.store_token(),
+            store_ca_file: (!self.store_ca_file.trim().is_empty())
+                .then(|| self.store_ca_file.trim().into()),
+            store_timeout: humantime::parse_duration(&self.store_timeout)
+                .unwrap_or(Duration::from_secs(2)),
+        }
+    }
+
+    /// The `idemgate://` store's token: `IDEMGATE_STORE_TOKEN`, else `store_token_file`'s
+    /// content (unreadable: `None`, and [`Config::validate`] reports it).
+    pub(super) fn store_token(&self) -> Option<String> {
+        if let Ok(t) = std::env::var("IDEMGATE_STORE_TOKEN") {
+            return Some(t.trim().to_owned()).filter(|t| !t.is_empty());
+        }
+        let path = self.store_token_file.trim();
+        if path.is_empty() {
+            return None;
+        }
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|t| t.trim_end_matches(['\n', '\r']).to_owned())
+            .filter(|t| !t.is_empty())
+    }
+
+    /// The engine-wide settings: store deadline and pending-outcome bounds.
+    pub(super) fn lifecycle(&self, errs: &mut Vec<String>) -> LifecycleConfig {
+        let d = LifecycleConfig::default();
+        let store_timeout = duration("store_timeout", &self.store_timeout, errs);
+        if store_timeout.is_some_and(|t| t < Duration::from_millis(10)) {
+            errs.push("store_timeout: must be at least 10ms".into());
+        }
+        if self.max_pending_outcomes == 0 {
+            errs.push("max_pending_outcomes: must be at least 1".into());
+        }
+        if self.max_pending_outcome_bytes == 0 {
+            errs.push("max_pending_outcome_bytes: must be at least 1".into());
+        }
+        LifecycleConfig {
+            store_timeout: store_timeout.unwrap_or(d.store_timeout),
+            max_pending_outcomes: self.max_pending_outcomes,
+            max_pending_outcome_bytes: self.max_pending_outcome_bytes,
+        }
+    }
+}
