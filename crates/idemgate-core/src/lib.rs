@@ -66,4 +66,4 @@ pub use record::{
     now_millis, IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse,
     UnixMillis,
 };
-pub use store::{BoxError, IdempotencyStore, InsertOutcome, InsertRequest, StoreError};
+pub use store::{BoxError, IdempotencyStore, InsertOutcome, InsertRequest, Peeked, StoreError};

@@ -41,12 +41,14 @@ use crate::record::{IdempotencyRecord, Lease, LeaseToken, ScopedKey, StoredRespo
 use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest, StoreError};
 
 mod outcome;
+mod peek;
 mod pending;
 mod reclaim;
 #[cfg(test)]
 mod tests;
 
 pub use outcome::{Finished, Outcome, PendingOutcome};
+pub use peek::{Acquire, Peek};
 use pending::Pending;
 
 /// How many insert/decide/take-over rounds [`Lifecycle::begin`] tries while the record keeps
@@ -226,7 +228,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         F: std::future::Future<Output = Option<Fingerprint>>,
     {
         let token = LeaseToken::random();
-        self.begin_as(key, fingerprint, plan, (token, true), refingerprint)
+        self.begin_as(key, fingerprint, plan, (token, true, false), refingerprint)
             .await
     }
 
@@ -250,17 +252,18 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     where
         F: std::future::Future<Output = Option<Fingerprint>>,
     {
-        self.begin_as(key, fingerprint, plan, (token, false), refingerprint)
+        self.begin_as(key, fingerprint, plan, (token, false, false), refingerprint)
             .await
     }
 
-    /// `begin` with `token`; `reclaim`: release an insert whose answer was lost.
+    /// `begin` with `token`; `reclaim`: release an insert whose answer was lost; `unseen`:
+    /// a peek just found no live record (the first insert skips the store's read ahead).
     async fn begin_as<F>(
         &self,
         key: &ScopedKey,
         fingerprint: Fingerprint,
         plan: &RoutePlan,
-        (token, reclaim): (LeaseToken, bool),
+        (token, reclaim, mut unseen): (LeaseToken, bool, bool),
         refingerprint: impl Fn(u16) -> F,
     ) -> Begin
     where
@@ -277,7 +280,8 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             record_ttl: plan.record_ttl,
         };
         for _ in 0..MAX_ROUNDS {
-            let (record, now) = match self.insert(req, reclaim).await {
+            let inserted = self.insert(req, reclaim, std::mem::take(&mut unseen)).await;
+            let (record, now) = match inserted {
                 Ok((_, InsertOutcome::Inserted(lease))) => {
                     return Begin::Run(self.holder(lease, false, plan.record_ttl, plan))
                 }
@@ -298,21 +302,10 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                     Ok(None) => continue, // changed since the read
                     Err(e) => self.store_failed(key, e),
                 },
-                Decision::Replay => match record.response {
-                    Some(r) => Answer::Replay(r),
-                    None => Answer::Corrupt, // validation guarantees a response; be safe
+                decision => match peek::settled(key, record, decision) {
+                    Some(answer) => answer,
+                    None => continue,
                 },
-                Decision::NotReplayable => Answer::NotReplayable {
-                    status: record.response.map_or(0, |r| r.status),
-                },
-                Decision::InFlight { retry_after_ms } => Answer::InFlight { retry_after_ms },
-                Decision::Mismatch => Answer::Mismatch,
-                Decision::PreviousFailed => Answer::PreviousFailed,
-                Decision::OutcomeUnknown => {
-                    tracing::warn!(route = %key.route, key = %hash_key(key), principal = %principal_hash(key), fence = record.fence, "lease lapsed before the outcome was written: outcome unknown");
-                    metrics::counter!("idempotency_outcome_unknown_total").increment(1);
-                    Answer::OutcomeUnknown
-                }
             };
             return Begin::Answer(answer);
         }
@@ -329,12 +322,16 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         &self,
         req: InsertRequest,
         reclaim: bool,
+        unseen: bool,
     ) -> Result<(InsertRequest, InsertOutcome), StoreError> {
         let key = req.key.clone();
         let token = req.token;
         let store = self.store.clone();
         let mut call = Box::pin(async move {
-            let r = store.insert_or_get(&req).await;
+            let r = match unseen {
+                true => store.insert_or_get_unseen(&req).await,
+                false => store.insert_or_get(&req).await,
+            };
             r.map(|found| (req, found))
         });
         let started = Instant::now();

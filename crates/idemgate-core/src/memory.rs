@@ -18,7 +18,7 @@ use crate::integrity::RawRecord;
 use crate::record::{
     IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse, UnixMillis,
 };
-use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest, Result, StoreError};
+use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest, Peeked, Result, StoreError};
 
 /// An in-memory store. Every operation holds one mutex for a few map operations, so each is
 /// atomic. Its clock is the wall clock at creation advanced by tokio's monotonic clock, so
@@ -221,6 +221,20 @@ impl IdempotencyStore for MemoryStore {
         let now = self.now();
         let raw = self.map().get(key).filter(|r| !expired(r, now)).cloned();
         raw.map(RawRecord::validate).transpose()
+    }
+
+    /// A lookup under the map's lock: as cheap as the insert's own, so replays are
+    /// answered without the acquire.
+    async fn peek(&self, key: &ScopedKey) -> Result<Peeked> {
+        let now = self.now();
+        let raw = self.map().get(key).filter(|r| !expired(r, now)).cloned();
+        Ok(match raw {
+            Some(raw) => Peeked::Live {
+                record: raw.validate()?,
+                now,
+            },
+            None => Peeked::Absent,
+        })
     }
 
     async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {

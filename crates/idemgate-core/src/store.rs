@@ -79,6 +79,25 @@ pub enum InsertOutcome {
     },
 }
 
+/// What [`IdempotencyStore::peek`] found.
+// Returned once per request and consumed at once: boxing the record would cost every
+// replay an allocation to save a move.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum Peeked {
+    /// The store does not read ahead of an acquire (the default): acquire as usual.
+    NotRead,
+    /// No live record: acquire with [`IdempotencyStore::insert_or_get_unseen`].
+    Absent,
+    /// A live record, exactly as [`InsertOutcome::Existing`] would give it.
+    Live {
+        /// The record as stored, validated.
+        record: IdempotencyRecord,
+        /// The store's clock at the read, in ms since the epoch.
+        now: UnixMillis,
+    },
+}
+
 /// The atomic primitives of a backend. Each method is one atomic step; none of them decides
 /// what an answer means (that is [`crate::engine`] and [`crate::lifecycle`]).
 ///
@@ -159,6 +178,34 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         key: &ScopedKey,
     ) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send;
 
+    /// Reads the live record of `key` ahead of an acquire, for a store whose
+    /// [`IdempotencyStore::insert_or_get`] reads before it writes anyway (on a read path that
+    /// takes no write lock and no round trip): a front door then answers a replay, a
+    /// conflict or a mismatch before it starts the work that must outlive its client, and
+    /// acquires an absent key with [`IdempotencyStore::insert_or_get_unseen`]. It writes
+    /// nothing, so dropping it is harmless. The default reads nothing: [`Peeked::NotRead`].
+    ///
+    /// # Errors
+    /// As [`IdempotencyStore::get`].
+    fn peek(&self, key: &ScopedKey) -> impl Future<Output = Result<Peeked>> + Send {
+        let _ = key;
+        std::future::ready(Ok(Peeked::NotRead))
+    }
+
+    /// [`IdempotencyStore::insert_or_get`] right after [`IdempotencyStore::peek`] found no
+    /// live record: the same atomic step and answers, minus the read ahead that the peek
+    /// just made (a record written in between is still found by the write). The default
+    /// is `insert_or_get`.
+    ///
+    /// # Errors
+    /// As [`IdempotencyStore::insert_or_get`].
+    fn insert_or_get_unseen(
+        &self,
+        req: &InsertRequest,
+    ) -> impl Future<Output = Result<InsertOutcome>> + Send {
+        self.insert_or_get(req)
+    }
+
     /// Deletes at most `batch` records whose `expires_at` has passed, returning how many.
     /// A record re-acquired after expiry is live again and never deleted. Callers loop.
     fn purge_expired(&self, batch: NonZeroU32) -> impl Future<Output = Result<u64>> + Send;
@@ -210,6 +257,15 @@ impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
         key: &ScopedKey,
     ) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send {
         (**self).get(key)
+    }
+    fn peek(&self, key: &ScopedKey) -> impl Future<Output = Result<Peeked>> + Send {
+        (**self).peek(key)
+    }
+    fn insert_or_get_unseen(
+        &self,
+        req: &InsertRequest,
+    ) -> impl Future<Output = Result<InsertOutcome>> + Send {
+        (**self).insert_or_get_unseen(req)
     }
     fn purge_expired(&self, batch: NonZeroU32) -> impl Future<Output = Result<u64>> + Send {
         (**self).purge_expired(batch)

@@ -25,11 +25,13 @@ mod admin;
 mod cases;
 mod damage;
 mod expiry;
+mod peek;
 
 pub use admin::*;
 pub use cases::*;
 pub use damage::*;
 pub use expiry::*;
+pub use peek::*;
 
 /// A key unique to this process and call.
 pub fn unique_key(principal: &str) -> ScopedKey {
@@ -140,7 +142,8 @@ macro_rules! store_conformance {
             late_outcome_after_lapse_lands, renewal_keeps_the_snapshot_fresh,
             renewal_outlives_record_ttl, concurrent_takeover_has_one_winner,
             fail_then_take_over, release_allows_retry, scope_isolates_records,
-            expired_ttl_counts_as_absent, purge_spares_reacquired);
+            expired_ttl_counts_as_absent, purge_spares_reacquired,
+            peek_agrees_with_insert_or_get);
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn purge_in_batches() {
             if let Some(store) = $make().await {
@@ -221,6 +224,19 @@ macro_rules! delegate_store {
                 key: &$crate::ScopedKey,
             ) -> ::std::result::Result<::std::option::Option<$crate::IdempotencyRecord>, $crate::StoreError> {
                 self.$field.get(key).await
+            }
+            async fn peek(
+                &self,
+                key: &$crate::ScopedKey,
+            ) -> ::std::result::Result<$crate::Peeked, $crate::StoreError> {
+                self.$field.peek(key).await
+            }
+            async fn insert_or_get_unseen(
+                &self,
+                req: &$crate::InsertRequest,
+            ) -> ::std::result::Result<$crate::InsertOutcome, $crate::StoreError> {
+                $(self.$hook(&req.key);)?
+                self.$field.insert_or_get_unseen(req).await
             }
             async fn purge_expired(
                 &self,

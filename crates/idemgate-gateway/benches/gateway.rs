@@ -3,7 +3,9 @@
 //!
 //! Run: `cargo bench -p idemgate-gateway --bench gateway` (env: `BENCH_SECS`, default 5 per
 //! scenario; `BENCH_CONNECTIONS`, default 32). Prints requests/s, p50/p99 latency and the
-//! ratios the README quotes, plus the gateway's CPU per request and RSS.
+//! ratios the README quotes, plus the gateway's CPU per request and RSS. When nginx is
+//! installed (`NGINX_BIN`, `PATH` or `/usr/sbin`), it then reports the same ratios against an
+//! nginx upstream, beside a plain nginx proxy hop, as `scripts/bench/side_by_side.sh` does.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -18,6 +20,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
+
+#[path = "support/nginx.rs"]
+mod nginx;
 
 /// Connections the upstream accepted: the gateway should reuse a few, not open one per request.
 static UPSTREAM_CONNECTIONS: AtomicU64 = AtomicU64::new(0);
@@ -80,8 +85,48 @@ fn main() {
                 one_fresh.p50 - one_direct.p50,
                 one_replay.p50 - one_direct.p50
             );
-            let rss = rt.block_on(rss_with_open_connections(&gw, 256));
-            println!("| gateway RSS with 256 open connections (sqlite) | {rss:.1} MiB | | | |");
+            let rss = rt.block_on(rss_with_open_connections(&gw, 1024));
+            println!("| gateway RSS with 1,024 open connections (sqlite) | {rss:.1} MiB | | | |");
+        }
+    }
+    against_nginx(&rt, conns, secs, &stores, dir.path());
+}
+
+/// The rows of `scripts/bench/side_by_side.sh`, when nginx is installed: nginx answering a
+/// fixed `201` as the upstream, a plain nginx hop to it, and the gateway on each store in
+/// front of it, each as a ratio to nginx called directly.
+fn against_nginx(
+    rt: &tokio::runtime::Runtime,
+    conns: usize,
+    secs: u64,
+    stores: &str,
+    dir: &std::path::Path,
+) {
+    let Some(nginx) = nginx::Nginx::start() else {
+        return;
+    };
+    println!("\n## against an nginx upstream (fixed `201`), beside a plain nginx proxy hop\n");
+    println!("| scenario | requests/s | p50 ms | p99 ms | vs direct |");
+    println!("|---|---:|---:|---:|---:|");
+    let direct = rt.block_on(load(nginx.upstream, conns, secs, Mode::Fresh, "nd"));
+    row("nginx upstream, direct", &direct, &direct);
+    let hop = rt.block_on(load(nginx.hop, conns, secs, Mode::Fresh, "nh"));
+    row("plain nginx proxy hop, no idempotency", &hop, &direct);
+    for store in stores.split(',') {
+        let url = match store {
+            "sqlite" => format!("sqlite://{}", dir.join("nginx.db").display()),
+            _ => "memory://".to_owned(),
+        };
+        let gw = Gateway::start(nginx.upstream, &url);
+        for (mode, what) in [(Mode::Fresh, "fresh keys"), (Mode::Replay, "replays")] {
+            let cpu = gw.cpu_seconds();
+            let s = rt.block_on(load(gw.addr, conns, secs, mode, &format!("n{store}")));
+            let us = (gw.cpu_seconds() - cpu) * 1e6 / s.count as f64;
+            row(
+                &format!("idemgate ({store}), {what} ({us:.0} µs CPU)"),
+                &s,
+                &direct,
+            );
         }
     }
 }

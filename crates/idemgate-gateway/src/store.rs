@@ -10,7 +10,7 @@ use idemgate_core::store::Result;
 use idemgate_core::{GaugedStore, StoreGauges};
 use idemgate_core::{
     IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
-    MemoryStore, ScopedKey, StoredResponse, UnixMillis,
+    MemoryStore, Peeked, ScopedKey, StoredResponse, UnixMillis,
 };
 use idemgate_postgres::PostgresStore;
 use idemgate_redis::RedisStore;
@@ -249,6 +249,18 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 macro_rules! each {
+    // A store call awaited on its own heap allocation: a future of this enum holds one
+    // pointer instead of the largest backend's state, so the request futures that await
+    // it (spawned, boxed and moved on every request) stay small whichever store is used.
+    ($self:ident, $s:ident => boxed $e:expr) => {
+        match $self {
+            AnyStore::Memory($s) => Box::pin($e).await,
+            AnyStore::Sqlite($s) => Box::pin($e).await,
+            AnyStore::Postgres($s) => Box::pin($e).await,
+            AnyStore::Redis($s) => Box::pin($e).await,
+            AnyStore::KeyService($s) => Box::pin($e).await,
+        }
+    };
     ($self:ident, $s:ident => $e:expr) => {
         match $self {
             AnyStore::Memory($s) => $e,
@@ -262,7 +274,7 @@ macro_rules! each {
 
 impl IdempotencyStore for AnyStore {
     async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome> {
-        each!(self, s => s.insert_or_get(req).await)
+        each!(self, s => boxed s.insert_or_get(req))
     }
     async fn take_over(
         &self,
@@ -270,28 +282,34 @@ impl IdempotencyStore for AnyStore {
         token: LeaseToken,
         lease_ttl: Duration,
     ) -> Result<Option<Lease>> {
-        each!(self, s => s.take_over(seen, token, lease_ttl).await)
+        each!(self, s => boxed s.take_over(seen, token, lease_ttl))
     }
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis> {
-        each!(self, s => s.renew(lease, ttl).await)
+        each!(self, s => boxed s.renew(lease, ttl))
     }
     async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<()> {
-        each!(self, s => s.complete(lease, r).await)
+        each!(self, s => boxed s.complete(lease, r))
     }
     async fn fail(&self, lease: &Lease) -> Result<()> {
-        each!(self, s => s.fail(lease).await)
+        each!(self, s => boxed s.fail(lease))
     }
     async fn release(&self, lease: &Lease) -> Result<()> {
-        each!(self, s => s.release(lease).await)
+        each!(self, s => boxed s.release(lease))
     }
     async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
-        each!(self, s => s.get(key).await)
+        each!(self, s => boxed s.get(key))
+    }
+    async fn peek(&self, key: &ScopedKey) -> Result<Peeked> {
+        each!(self, s => boxed s.peek(key))
+    }
+    async fn insert_or_get_unseen(&self, req: &InsertRequest) -> Result<InsertOutcome> {
+        each!(self, s => boxed s.insert_or_get_unseen(req))
     }
     async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {
-        each!(self, s => s.purge_expired(batch).await)
+        each!(self, s => boxed s.purge_expired(batch))
     }
     async fn ping(&self) -> Result<()> {
-        each!(self, s => s.ping().await)
+        each!(self, s => boxed s.ping())
     }
     fn backend(&self) -> &'static str {
         each!(self, s => s.backend())

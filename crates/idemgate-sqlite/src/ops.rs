@@ -30,6 +30,14 @@ const INSERT: &str = "INSERT INTO idempotency_records (principal, route, key, fi
     WHERE expires_at <= excluded.created_at
     RETURNING fence";
 
+/// Inserts a record `in_progress` with fence 1 if the key has no row at all; a row of any
+/// kind (live, or expired and waiting for [`INSERT`] to replace it) is left alone.
+const INSERT_ABSENT: &str = "INSERT INTO idempotency_records (principal, route, key,
+    fingerprint, fingerprint_version, state, fence, lease_token, lease_expires_at, created_at,
+    expires_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, 'in_progress', 1, ?6, ?7, ?8, ?9)
+    ON CONFLICT (principal, route, key) DO NOTHING";
+
 /// Compare-and-set on a snapshot: ?4 fence, ?5 state, ?6 lease token and ?7 lease expiry as
 /// read (`IS`: NULL equals NULL), live at ?10; the new lease is ?8 until ?9.
 const TAKE_OVER: &str = "UPDATE idempotency_records SET state = 'in_progress',
@@ -143,6 +151,33 @@ pub(crate) fn insert_or_get(conn: &Connection, req: &InsertRequest) -> Result<In
             rusqlite::Error::QueryReturnedNoRows,
         )),
     }
+}
+
+/// The insert of a key the read path just found without a live record: one statement,
+/// no `RETURNING`, so a lone one runs in autocommit mode. `None` when a row is there (one
+/// written since the read, or an expired one): then [`insert_or_get`] decides.
+pub(crate) fn insert_absent(conn: &Connection, req: &InsertRequest) -> Result<Option<Lease>> {
+    let now = now_millis();
+    let lease_end = now.saturating_add(millis(req.lease_ttl));
+    let expires_at = now.saturating_add(millis(req.record_ttl)).max(lease_end);
+    let k = &req.key;
+    let inserted = conn.prepare_cached(INSERT_ABSENT)?.execute(params![
+        k.principal,
+        k.route,
+        k.key.as_str(),
+        &req.fingerprint.digest[..],
+        req.fingerprint.version,
+        req.token.0,
+        lease_end,
+        now,
+        expires_at
+    ])?;
+    Ok((inserted == 1).then(|| Lease {
+        key: k.clone(),
+        fence: 1,
+        token: req.token,
+        expires_at: lease_end,
+    }))
 }
 
 /// Takes over `seen` if the row still matches it; `None` if it changed or is gone.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idemgate_core::{
     now_millis, IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease,
-    LeaseToken, ScopedKey, StoreError, StoredResponse, UnixMillis,
+    LeaseToken, Peeked, ScopedKey, StoreError, StoredResponse, UnixMillis,
 };
 use rusqlite::Connection;
 use tokio::sync::mpsc::error::TrySendError;
@@ -266,17 +266,43 @@ fn held(changed: bool) -> Result<(), StoreError> {
 impl IdempotencyStore for SqliteStore {
     async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
         // A live record is answered from the read path, without the write lock.
-        if let Some(readers) = &self.readers {
-            let key = req.key.clone();
-            let seen = readers
-                .run(move |c| {
-                    let now = now_millis();
-                    Ok(read_live(c, &key, now)?.map(|record| (record, now)))
-                })
-                .await?;
-            if let Some((record, now)) = seen {
-                return Ok(InsertOutcome::Existing { record, now });
-            }
+        if let Peeked::Live { record, now } = self.peek(&req.key).await? {
+            return Ok(InsertOutcome::Existing { record, now });
+        }
+        self.insert_or_get_unseen(req).await
+    }
+
+    /// The read path of `insert_or_get`, on a read-only connection (on the calling thread
+    /// when one is idle); [`Peeked::NotRead`] in memory, where there is no read path.
+    async fn peek(&self, key: &ScopedKey) -> Result<Peeked, StoreError> {
+        let Some(readers) = &self.readers else {
+            return Ok(Peeked::NotRead);
+        };
+        let key = key.clone();
+        let seen = readers
+            .run(move |c| {
+                let now = now_millis();
+                Ok(read_live(c, &key, now)?.map(|record| (record, now)))
+            })
+            .await?;
+        Ok(match seen {
+            Some((record, now)) => Peeked::Live { record, now },
+            None => Peeked::Absent,
+        })
+    }
+
+    /// One plain insert first (the key had no live record a moment ago, so it usually has
+    /// no row at all); only if a row is there, the full insert-or-get, which replaces an
+    /// expired row or returns the live one.
+    async fn insert_or_get_unseen(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
+        let absent = req.clone();
+        let inserted = self
+            .write(Admission::Refuse, Access::Write, move |c| {
+                ops::insert_absent(c, &absent)
+            })
+            .await?;
+        if let Some(lease) = inserted {
+            return Ok(InsertOutcome::Inserted(lease));
         }
         let req = req.clone();
         self.write(Admission::Refuse, Access::Compound, move |c| {

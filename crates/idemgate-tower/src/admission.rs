@@ -12,6 +12,7 @@ use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use idemgate_core::fingerprint::CURRENT_VERSION;
 use idemgate_core::key::parse_header_values_with;
+use idemgate_core::lifecycle::Peek;
 use idemgate_core::{BoxError, IdempotencyStore, Lifecycle, ScopedKey};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -19,7 +20,7 @@ use tower::Service;
 
 use crate::access::Access;
 use crate::body::{boxed, full, BoxBody};
-use crate::glue::{rejection, run, Answered, Covered};
+use crate::glue::{answer_for, rejection, run, Answered, Covered};
 use crate::limits::Limiter;
 use crate::metrics::{Meters, RouteMetrics};
 use crate::policy::{Policy, Resolved};
@@ -142,7 +143,7 @@ where
     };
     parts.headers.remove(IDEMPOTENT_REPLAYED);
     let lifetime_route = rp.record_ttl_header.then(|| rp.clone());
-    let covered = Covered {
+    let mut covered = Covered {
         scope: ScopedKey {
             principal,
             route: resolved.route.into_owned(),
@@ -155,13 +156,26 @@ where
         route: rp,
         ticket,
     };
+    // A key its live record answers (a replay, 409, 422, ...) is answered here; only a key
+    // to acquire starts the detached task, which then runs to its end whatever the client does.
+    let acquire = match covered.peek(&ctx.lifecycle).await {
+        Peek::Acquire(acquire) => acquire,
+        Peek::Answer(answer) => {
+            let (outcome, response) = answer_for(&mut covered, answer);
+            let mut answer = Ok(response);
+            if let Some(route) = &lifetime_route {
+                crate::replay::add_key_lifetime(route, outcome, &mut answer);
+            }
+            return (outcome, answer);
+        }
+    };
     let (tx, rx) = tokio::sync::oneshot::channel();
     let request = Request::from_parts(parts, full(bytes));
     let lifecycle = ctx.lifecycle.clone();
     // Boxed: the task's future (the whole lifecycle, several KiB) is then moved by pointer
     // into the task and its stages instead of being copied on each move.
-    ctx.tasks
-        .spawn(Box::pin(run(inner, lifecycle, covered, request, tx)));
+    let task = run(inner, lifecycle, covered, acquire, request, tx);
+    ctx.tasks.spawn(Box::pin(task));
     match rx.await {
         Ok((outcome, mut answer)) => {
             if let Some(route) = &lifetime_route {

@@ -11,7 +11,9 @@ use http::response::Parts;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::Body;
 use idemgate_core::integrity::check_storable;
-use idemgate_core::lifecycle::{hash_key, principal_hash, Answer, Begin, Holder, Outcome};
+use idemgate_core::lifecycle::{
+    hash_key, principal_hash, Acquire, Answer, Begin, Holder, Outcome, Peek,
+};
 use idemgate_core::{
     BoxError, Fingerprint, IdempotencyStore, Lifecycle, ScopedKey, StoredResponse,
 };
@@ -26,7 +28,11 @@ use crate::limits::Ticket;
 use crate::metrics::RouteMetrics;
 use crate::policy::{Policy, RoutePolicy, StatusAction};
 use crate::rejection::IdempotencyRejection;
-use crate::replay::{headers_to_store, replay, IDEMPOTENT_TAKEOVER};
+use crate::replay::{headers_to_store, IDEMPOTENT_TAKEOVER};
+
+mod answer;
+
+pub(crate) use answer::answer_for;
 
 /// Everything about a covered request that the detached task needs.
 pub(crate) struct Covered {
@@ -44,6 +50,19 @@ pub(crate) struct Covered {
 }
 
 impl Covered {
+    /// [`Lifecycle::peek`] for this request: the answer its key's live record gives, or
+    /// the acquire to run in the detached task.
+    pub(crate) async fn peek<St: IdempotencyStore>(&self, lifecycle: &Lifecycle<St>) -> Peek {
+        let refingerprint = |version| {
+            let job = self.job.clone();
+            async move { job.run(version).await.ok() }
+        };
+        let plan = self.route.plan();
+        lifecycle
+            .peek(&self.scope, self.fingerprint, &plan, refingerprint)
+            .await
+    }
+
     fn reject(&self, r: IdempotencyRejection) -> (&'static str, Response<BoxBody>) {
         rejection(&self.meters, &self.policy.problem_type_base, r)
     }
@@ -69,6 +88,7 @@ pub(crate) async fn run<S, St, ResB>(
     inner: S,
     lifecycle: Lifecycle<St>,
     mut covered: Covered,
+    acquire: Acquire,
     request: Request<BoxBody>,
     reply: Reply<S::Error>,
 ) where
@@ -85,7 +105,8 @@ pub(crate) async fn run<S, St, ResB>(
         async move { job.run(version).await.ok() }
     };
     let begun = lifecycle
-        .begin(
+        .begin_after(
+            acquire,
             &covered.scope,
             covered.fingerprint,
             &rp.plan(),
@@ -100,15 +121,17 @@ pub(crate) async fn run<S, St, ResB>(
                 "acquired"
             };
             covered.meters.count(outcome);
-            return execute(
+            // Boxed: only a request that runs needs this stage's state (the forwarded
+            // call's future among it), so replays and rejections spawn a smaller task.
+            let execute = execute(
                 inner,
                 &lifecycle,
                 &covered,
                 holder,
                 request,
                 (outcome, reply),
-            )
-            .await;
+            );
+            return Box::pin(execute).await;
         }
         Begin::Answer(Answer::Unavailable(_) | Answer::Overloaded) if rp.fail_open => {
             tracing::warn!(route = %covered.label(), "store unavailable; forwarding unrecorded (fail_open)");
@@ -119,40 +142,8 @@ pub(crate) async fn run<S, St, ResB>(
         }
         Begin::Answer(a) => a,
     };
-    covered.ticket.settle(&answer);
-    let (outcome, response) = match answer {
-        Answer::Replay(stored) => match replay(&stored) {
-            Ok(r) => {
-                covered.meters.count("replayed");
-                ("replayed", r)
-            }
-            Err(e) => {
-                tracing::error!(route = %covered.label(), key = %hash_key(&covered.scope), principal = %principal_hash(&covered.scope), error = %e, "stored response cannot be replayed");
-                covered.reject(IdempotencyRejection::RecordCorrupt)
-            }
-        },
-        other => covered.reject(rejection_for(other, rp)),
-    };
+    let (outcome, response) = answer_for(&mut covered, answer);
     let _ = reply.send((outcome, Ok(response)));
-}
-
-/// The problem answer for a lifecycle answer other than a replay.
-fn rejection_for(answer: Answer, rp: &RoutePolicy) -> IdempotencyRejection {
-    match answer {
-        Answer::NotReplayable { status } => IdempotencyRejection::ResponseNotKept {
-            original_status: status,
-        },
-        Answer::InFlight { retry_after_ms } => IdempotencyRejection::RequestInFlight {
-            retry_after_secs: retry_after_ms.div_ceil(1000).max(1),
-        },
-        Answer::Mismatch => IdempotencyRejection::FingerprintMismatch {
-            status: rp.mismatch_status,
-        },
-        Answer::PreviousFailed => IdempotencyRejection::PreviousAttemptFailed,
-        Answer::OutcomeUnknown => IdempotencyRejection::OutcomeUnknown,
-        Answer::Corrupt | Answer::Replay(_) => IdempotencyRejection::RecordCorrupt,
-        Answer::Unavailable(_) | Answer::Overloaded => IdempotencyRejection::StoreUnavailable,
-    }
 }
 
 /// What the upstream sent: its body buffered for the record, or left to stream.

@@ -98,6 +98,10 @@ pub async fn assert_damage_refused<S: IdempotencyStore>(s: &S, key: &ScopedKey, 
         Ok(_) => panic!("{damage:?}: {what} accepted a damaged record"),
     };
     corrupt(s.get(key).await.map(|_| ()), "get");
+    match s.peek(key).await {
+        Ok(crate::store::Peeked::NotRead) => {} // a store that does not read ahead
+        r => corrupt(r.map(|_| ()), "peek"),
+    }
     corrupt(
         s.insert_or_get(&request(key, fp(1), LONG, DAY))
             .await

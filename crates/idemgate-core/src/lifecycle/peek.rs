@@ -1,0 +1,138 @@
+//! [`Lifecycle::peek`]: the answer a live record gives, read ahead of the acquire on stores
+//! that read first anyway, so a front door answers replays, conflicts and mismatches in
+//! the caller's own task and starts the work that must outlive its client only for a key
+//! it may acquire.
+
+use std::future::Future;
+
+use tokio::time::Instant;
+
+use super::{hash_key, principal_hash, Answer, Begin, Lifecycle, RoutePlan};
+use crate::engine::{decide, Decision};
+use crate::fingerprint::Fingerprint;
+use crate::record::{IdempotencyRecord, LeaseToken, ScopedKey};
+use crate::store::{IdempotencyStore, Peeked, StoreError};
+
+/// What [`Lifecycle::peek`] found.
+#[derive(Debug)]
+pub enum Peek {
+    /// The key's live record answers the request: nothing was acquired, nothing runs.
+    Answer(Answer),
+    /// The key may be acquired: pass this to [`Lifecycle::begin_after`], in the work that
+    /// outlives the client.
+    Acquire(Acquire),
+}
+
+/// An acquire to run after [`Lifecycle::peek`], with what the peek learnt (opaque).
+#[derive(Debug)]
+pub struct Acquire(Ahead);
+
+#[derive(Debug)]
+enum Ahead {
+    /// Nothing read (the store does not read ahead, or the record needs the acquire's
+    /// own decision: expired, or one to take over).
+    NotRead,
+    /// No live record: the acquire skips the store's own read ahead.
+    Absent,
+    /// The read failed: the acquire answers with this error without calling the store
+    /// again (one deadline per request, not two).
+    Failed(StoreError),
+}
+
+/// The answer `decision` about the live `record` gives without acquiring it, or `None`
+/// when the key is to be acquired (inserted again or taken over).
+pub(super) fn settled(
+    key: &ScopedKey,
+    record: IdempotencyRecord,
+    decision: Decision,
+) -> Option<Answer> {
+    Some(match decision {
+        Decision::Insert | Decision::Takeover => return None,
+        Decision::Replay => match record.response {
+            Some(r) => Answer::Replay(r),
+            None => Answer::Corrupt, // validation guarantees a response; be safe
+        },
+        Decision::NotReplayable => Answer::NotReplayable {
+            status: record.response.map_or(0, |r| r.status),
+        },
+        Decision::InFlight { retry_after_ms } => Answer::InFlight { retry_after_ms },
+        Decision::Mismatch => Answer::Mismatch,
+        Decision::PreviousFailed => Answer::PreviousFailed,
+        Decision::OutcomeUnknown => {
+            tracing::warn!(route = %key.route, key = %hash_key(key), principal = %principal_hash(key), fence = record.fence, "lease lapsed before the outcome was written: outcome unknown");
+            metrics::counter!("idempotency_outcome_unknown_total").increment(1);
+            Answer::OutcomeUnknown
+        }
+    })
+}
+
+impl<St: IdempotencyStore> Lifecycle<St> {
+    /// Reads `key`'s live record ahead of the acquire ([`IdempotencyStore::peek`], under the
+    /// store deadline) and answers from it when it settles the request (a replay, `409`,
+    /// mismatch, failed, outcome unknown, not kept, corrupt); otherwise says to acquire with
+    /// [`Lifecycle::begin_after`]. It writes nothing, so the caller may drop it (a client
+    /// that left) at no cost; [`Lifecycle::begin_after`] is what must run to its end.
+    ///
+    /// `refingerprint` is as for [`Lifecycle::begin`]. On a store that does not read ahead
+    /// it reads nothing and always says to acquire.
+    pub async fn peek<F>(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        refingerprint: impl Fn(u16) -> F,
+    ) -> Peek
+    where
+        F: Future<Output = Option<Fingerprint>>,
+    {
+        // Overloaded: the acquire answers it, as it would without a peek.
+        if self.pending.full(&self.config) {
+            return Peek::Acquire(Acquire(Ahead::NotRead));
+        }
+        let started = Instant::now();
+        let read = tokio::time::timeout(self.config.store_timeout, self.store.peek(key)).await;
+        let read = read.unwrap_or(Err(StoreError::Timeout));
+        if !matches!(read, Ok(Peeked::NotRead)) {
+            self.observe("peek", started);
+        }
+        let (record, now) = match read {
+            Ok(Peeked::Live { record, now }) => (record, now),
+            Ok(Peeked::Absent) => return Peek::Acquire(Acquire(Ahead::Absent)),
+            Ok(Peeked::NotRead) => return Peek::Acquire(Acquire(Ahead::NotRead)),
+            Err(e @ StoreError::Corrupt { .. }) => return Peek::Answer(self.store_failed(key, e)),
+            Err(e) => return Peek::Acquire(Acquire(Ahead::Failed(e))),
+        };
+        let fp = match record.fingerprint.version {
+            v if v == fingerprint.version => fingerprint,
+            v => refingerprint(v).await.unwrap_or(fingerprint),
+        };
+        let decision = decide(Some(&record), &fp, now, &plan.decision);
+        match settled(key, record, decision) {
+            Some(answer) => Peek::Answer(answer),
+            None => Peek::Acquire(Acquire(Ahead::NotRead)),
+        }
+    }
+
+    /// [`Lifecycle::begin`] after [`Lifecycle::peek`] said to acquire: the same answers,
+    /// without reading again what the peek read.
+    pub async fn begin_after<F>(
+        &self,
+        acquire: Acquire,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        refingerprint: impl Fn(u16) -> F,
+    ) -> Begin
+    where
+        F: Future<Output = Option<Fingerprint>>,
+    {
+        let unseen = match acquire.0 {
+            Ahead::Failed(e) => return Begin::Answer(self.store_failed(key, e)),
+            Ahead::Absent => true,
+            Ahead::NotRead => false,
+        };
+        let token = LeaseToken::random();
+        self.begin_as(key, fingerprint, plan, (token, true, unseen), refingerprint)
+            .await
+    }
+}
