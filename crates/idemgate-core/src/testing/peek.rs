@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::record::{RecordState, ScopedKey};
-use crate::store::{IdempotencyStore, InsertOutcome, Peeked};
+use crate::store::{IdempotencyStore, InsertOutcome, Peeked, StoreError};
 
 use super::{existing, fp, inserted, request, response, unique_key, DAY, LONG, TINY_LEASE};
 
@@ -77,7 +77,12 @@ pub async fn peek_agrees_with_insert_or_get<S: IdempotencyStore>(s: S) {
         .await
         .unwrap()
     {
-        InsertOutcome::Inserted(again) => assert!(again.fence > first.fence),
+        // The old lease is refused (a store with native expiry starts the fence over).
+        InsertOutcome::Inserted(again) => {
+            assert_ne!(again.token, first.token);
+            let stale = s.complete(&first, &response(1)).await;
+            assert!(matches!(stale, Err(StoreError::LeaseLost)), "{stale:?}");
+        }
         InsertOutcome::Existing { record, .. } => panic!("an expired record was kept: {record:?}"),
     }
 }
