@@ -48,6 +48,7 @@ mod reclaim;
 mod tests;
 
 pub use outcome::{Finished, Outcome, PendingOutcome};
+use peek::fingerprint_as;
 pub use peek::{Acquire, Peek};
 use pending::Pending;
 
@@ -227,8 +228,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     where
         F: std::future::Future<Output = Option<Fingerprint>>,
     {
-        let token = LeaseToken::random();
-        self.begin_as(key, fingerprint, plan, (token, true, false), refingerprint)
+        self.begin_after(Acquire::not_read(), key, fingerprint, plan, refingerprint)
             .await
     }
 
@@ -291,10 +291,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                 }
                 Err(e) => return Begin::Answer(self.store_failed(key, e)),
             };
-            let fp = match record.fingerprint.version {
-                v if v == fingerprint.version => fingerprint,
-                v => refingerprint(v).await.unwrap_or(fingerprint),
-            };
+            let fp = fingerprint_as(&record, fingerprint, &refingerprint).await;
             let answer = match decide(Some(&record), &fp, now, &plan.decision) {
                 Decision::Insert => continue, // expired between the read and the decision
                 Decision::Takeover => match self.take_over(&record, now, plan, token).await {

@@ -110,42 +110,77 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The clock readings of one insert (Unix ms): now, the lease's end and the record's expiry,
+/// never before the lease's end.
+struct InsertTimes {
+    now: UnixMillis,
+    lease_end: UnixMillis,
+    expires_at: UnixMillis,
+}
+
+impl InsertTimes {
+    fn of(req: &InsertRequest) -> Self {
+        let now = now_millis();
+        let lease_end = now.saturating_add(millis(req.lease_ttl));
+        let expires_at = now.saturating_add(millis(req.record_ttl)).max(lease_end);
+        Self {
+            now,
+            lease_end,
+            expires_at,
+        }
+    }
+
+    /// The lease `req` holds once its row is written with `fence`.
+    fn lease(&self, req: &InsertRequest, fence: i64) -> Lease {
+        Lease {
+            key: req.key.clone(),
+            fence,
+            token: req.token,
+            expires_at: self.lease_end,
+        }
+    }
+}
+
+/// Prepares `sql` (an insert with the parameters ?1 to ?9 of [`INSERT`]) and hands it to
+/// `run` with `req`'s values bound as parameters, read at one clock reading.
+fn with_insert<R>(
+    conn: &Connection,
+    sql: &str,
+    req: &InsertRequest,
+    run: impl FnOnce(&mut rusqlite::CachedStatement<'_>, &[&dyn rusqlite::ToSql]) -> rusqlite::Result<R>,
+) -> Result<(R, InsertTimes)> {
+    let t = InsertTimes::of(req);
+    let k = &req.key;
+    let mut stmt = conn.prepare_cached(sql)?;
+    let out = run(
+        &mut stmt,
+        params![
+            k.principal,
+            k.route,
+            k.key.as_str(),
+            &req.fingerprint.digest[..],
+            req.fingerprint.version,
+            req.token.0,
+            t.lease_end,
+            t.now,
+            t.expires_at
+        ],
+    )?;
+    Ok((out, t))
+}
+
 /// The writer's authoritative insert-or-get: one statement inserts (or replaces an expired
 /// row); only if a live row was there, a second one reads it. The worker runs this in a
 /// `BEGIN IMMEDIATE` transaction, so that read sees the row the insert met.
 pub(crate) fn insert_or_get(conn: &Connection, req: &InsertRequest) -> Result<InsertOutcome> {
-    let now = now_millis();
-    let lease_end = now.saturating_add(millis(req.lease_ttl));
-    let expires_at = now.saturating_add(millis(req.record_ttl)).max(lease_end);
-    let k = &req.key;
-    let fence: Option<i64> = conn
-        .prepare_cached(INSERT)?
-        .query_row(
-            params![
-                k.principal,
-                k.route,
-                k.key.as_str(),
-                &req.fingerprint.digest[..],
-                req.fingerprint.version,
-                req.token.0,
-                lease_end,
-                now,
-                expires_at
-            ],
-            |r| r.get(0),
-        )
-        .optional()?;
+    let (fence, t) = with_insert(conn, INSERT, req, |stmt, params| {
+        stmt.query_row(params, |r| r.get::<_, i64>(0)).optional()
+    })?;
     if let Some(fence) = fence {
-        let lease = Lease {
-            key: k.clone(),
-            fence,
-            token: req.token,
-            expires_at: lease_end,
-        };
-        return Ok(InsertOutcome::Inserted(lease));
+        return Ok(InsertOutcome::Inserted(t.lease(req, fence)));
     }
-    match read_live(conn, k, now)? {
-        Some(record) => Ok(InsertOutcome::Existing { record, now }),
+    match read_live(conn, &req.key, t.now)? {
+        Some(record) => Ok(InsertOutcome::Existing { record, now: t.now }),
         // The insert met a live row inside this transaction; it cannot be gone.
         None => Err(SqliteStoreError::Sqlite(
             rusqlite::Error::QueryReturnedNoRows,
@@ -157,27 +192,10 @@ pub(crate) fn insert_or_get(conn: &Connection, req: &InsertRequest) -> Result<In
 /// no `RETURNING`, so a lone one runs in autocommit mode. `None` when a row is there (one
 /// written since the read, or an expired one): then [`insert_or_get`] decides.
 pub(crate) fn insert_absent(conn: &Connection, req: &InsertRequest) -> Result<Option<Lease>> {
-    let now = now_millis();
-    let lease_end = now.saturating_add(millis(req.lease_ttl));
-    let expires_at = now.saturating_add(millis(req.record_ttl)).max(lease_end);
-    let k = &req.key;
-    let inserted = conn.prepare_cached(INSERT_ABSENT)?.execute(params![
-        k.principal,
-        k.route,
-        k.key.as_str(),
-        &req.fingerprint.digest[..],
-        req.fingerprint.version,
-        req.token.0,
-        lease_end,
-        now,
-        expires_at
-    ])?;
-    Ok((inserted == 1).then(|| Lease {
-        key: k.clone(),
-        fence: 1,
-        token: req.token,
-        expires_at: lease_end,
-    }))
+    let (inserted, t) = with_insert(conn, INSERT_ABSENT, req, |stmt, params| {
+        stmt.execute(params)
+    })?;
+    Ok((inserted == 1).then(|| t.lease(req, 1)))
 }
 
 /// Takes over `seen` if the row still matches it; `None` if it changed or is gone.

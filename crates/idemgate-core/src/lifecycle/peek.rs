@@ -27,6 +27,13 @@ pub enum Peek {
 #[derive(Debug)]
 pub struct Acquire(Ahead);
 
+impl Acquire {
+    /// An acquire that knows nothing ahead: what [`Lifecycle::begin`] runs.
+    pub(super) fn not_read() -> Self {
+        Self(Ahead::NotRead)
+    }
+}
+
 #[derive(Debug)]
 enum Ahead {
     /// Nothing read (the store does not read ahead, or the record needs the acquire's
@@ -66,6 +73,23 @@ pub(super) fn settled(
     })
 }
 
+/// The request's fingerprint in the algorithm version `record` was written with: `fingerprint`
+/// itself when the versions agree, else `refingerprint`'s (`fingerprint` when that version is
+/// unknown, which [`decide`] then reads as a mismatch, never a replay).
+pub(super) async fn fingerprint_as<F>(
+    record: &IdempotencyRecord,
+    fingerprint: Fingerprint,
+    refingerprint: &impl Fn(u16) -> F,
+) -> Fingerprint
+where
+    F: Future<Output = Option<Fingerprint>>,
+{
+    match record.fingerprint.version {
+        v if v == fingerprint.version => fingerprint,
+        v => refingerprint(v).await.unwrap_or(fingerprint),
+    }
+}
+
 impl<St: IdempotencyStore> Lifecycle<St> {
     /// Reads `key`'s live record ahead of the acquire ([`IdempotencyStore::peek`], under the
     /// store deadline) and answers from it when it settles the request (a replay, `409`,
@@ -102,10 +126,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             Err(e @ StoreError::Corrupt { .. }) => return Peek::Answer(self.store_failed(key, e)),
             Err(e) => return Peek::Acquire(Acquire(Ahead::Failed(e))),
         };
-        let fp = match record.fingerprint.version {
-            v if v == fingerprint.version => fingerprint,
-            v => refingerprint(v).await.unwrap_or(fingerprint),
-        };
+        let fp = fingerprint_as(&record, fingerprint, &refingerprint).await;
         let decision = decide(Some(&record), &fp, now, &plan.decision);
         match settled(key, record, decision) {
             Some(answer) => Peek::Answer(answer),
