@@ -4,8 +4,9 @@
 //!
 //! [`GaugedStore::gauges`] reads a [`StoreGauges`] snapshot; [`StoreGauges::export`] sets
 //! them through the `metrics` facade. Each store says in its docs how exact each number
-//! is: the in-memory and SQLite stores count exactly (one scan), PostgreSQL reads indexed
-//! queries and catalog statistics, Redis samples keys (approximate past a size).
+//! is: the in-memory store counts exactly (one scan); SQLite counts exactly (one scan) below
+//! 100,000 records and from indexes and a sample above; PostgreSQL reads indexed queries and
+//! catalog statistics; Redis samples keys (approximate past a size).
 
 use std::future::Future;
 use std::num::NonZeroU32;

@@ -79,5 +79,6 @@ mod store;
 mod worker;
 
 pub use error::{Result, SqliteStoreError};
+pub use gauges::{EXACT_COUNT_BELOW, EXPIRED_COUNT_CAP};
 pub use options::{SqliteLocation, SqliteOptions, Synchronous};
 pub use store::{SqliteStats, SqliteStore};

@@ -13,6 +13,7 @@ use crate::options::{SqliteLocation, SqliteOptions};
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_idempotency_records.sql"),
     include_str!("../migrations/0002_response_checksum.sql"),
+    include_str!("../migrations/0003_unsettled_index.sql"),
 ];
 
 /// The schema version this build migrates to.
@@ -21,8 +22,8 @@ pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
 /// Enough for every statement the store prepares, so none is ever re-prepared.
 const STATEMENT_CACHE: usize = 32;
 
-/// Enough for every statement of the read path.
-const READER_STATEMENT_CACHE: usize = 8;
+/// Enough for every statement of the read path and the gauges.
+const READER_STATEMENT_CACHE: usize = 16;
 
 /// Opens the store's read-write connection: pragmas, then migrations.
 pub(crate) fn open_writer(
