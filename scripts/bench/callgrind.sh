@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# User-space instructions per request of `idemgate serve`, counted by valgrind's callgrind:
+# exact and repeatable whatever else the machine does, unlike seconds. Sequential POSTs on
+# one keep-alive connection to an nginx upstream: 50 of warm-up, then the counters are zeroed
+# and 500 more are counted. (valgrind has no SHA instructions: SHA-256 runs in software there
+# and weighs far more than natively.)
+#
+#   cargo build --release && scripts/bench/callgrind.sh sqlite fresh      (from the project root)
+#   scripts/bench/callgrind.sh redis replay
+# Stores: memory, sqlite, redis (REDIS_URL, default redis://127.0.0.1:6379; the run's keys
+# carry their own prefix and are deleted at the end). Needs valgrind, nginx-light,
+# libnginx-mod-http-echo, python3 (redis-cli for redis). Knobs: IDEMGATE_BIN, GATEWAY_PORT
+# UPSTREAM_PORT (18101 18080; nginx also takes the next two).
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+ST=${1:?store: memory, sqlite or redis} MODE=${2:?mode: fresh or replay}
+need valgrind callgrind_control nginx python3
+GW_PORT=${GATEWAY_PORT:-18101} UP=${UPSTREAM_PORT:-18080}
+BIN=$(realpath "${IDEMGATE_BIN:-target/release/idemgate}")
+[ -x "$BIN" ] || die "no idemgate binary at $BIN (cargo build --release, or set IDEMGATE_BIN)"
+OUT=$(mktemp -d /tmp/idemgate-callgrind.XXXXXX) PREFIX="cg$$:"
+REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379}
+cleanup() {
+  stop_started
+  [ "$ST" = redis ] && redis-cli -u "$REDIS_URL" --scan --pattern "$PREFIX*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null
+  rm -rf "$OUT"
+}
+trap cleanup EXIT
+start_upstream "$OUT/nginx" "$UP" $((UP + 1)) $((UP + 2))
+case $ST in
+  sqlite) SU="sqlite://$OUT/idemgate.db" ;;
+  memory) SU="memory://" ;;
+  redis) need redis-cli; SU=$REDIS_URL ;;
+  *) die "store must be memory, sqlite or redis" ;;
+esac
+cat >"$OUT/gw.toml" <<TOML
+listen = "127.0.0.1:$GW_PORT"
+admin_listen = ""
+upstream = "http://127.0.0.1:$UP"
+store = "$SU"
+store_key_prefix = "$PREFIX"
+[defaults]
+allow_anonymous = true
+TOML
+[ "$ST" = redis ] || sed -i '/store_key_prefix/d' "$OUT/gw.toml"
+(cd "$OUT" && RUST_LOG=warn exec valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" \
+  "$BIN" serve --config gw.toml) >"$OUT/log" 2>&1 &
+GW=$!; remember_pid "$GW"
+wait_port "$GW_PORT" 120
+post() { # COUNT
+  python3 - "$MODE" "$1" "$GW_PORT" <<'PY'
+import http.client, sys, uuid
+mode, n, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+conn = http.client.HTTPConnection("127.0.0.1", port)
+body = '{"amount":100,"currency":"EUR","merchant":"m-42","note":"bench"}'
+for _ in range(n):
+    key = "callgrind-replay-key" if mode == "replay" else uuid.uuid4().hex
+    conn.request("POST", "/v1/payments", body, {"Idempotency-Key": key, "Content-Type": "application/json"})
+    resp = conn.getresponse()
+    resp.read()
+    assert resp.status == 201, resp.status
+PY
+}
+post 50
+callgrind_control -z "$GW" >/dev/null
+post 500
+callgrind_control -d "$GW" >/dev/null
+sleep 1
+total=$(grep -h '^summary:' "$OUT"/cg.out.* | awk '{s += $2} END {print s}')
+echo "$ST $MODE: $((total / 500)) instructions per request"
