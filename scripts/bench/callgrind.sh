@@ -27,22 +27,14 @@ cleanup() {
 }
 trap cleanup EXIT
 start_upstream "$OUT/nginx" "$UP" $((UP + 1)) $((UP + 2))
+EXTRA=""
 case $ST in
   sqlite) SU="sqlite://$OUT/idemgate.db" ;;
   memory) SU="memory://" ;;
-  redis) need redis-cli; SU=$REDIS_URL ;;
+  redis) need redis-cli; SU=$REDIS_URL; EXTRA="store_key_prefix = \"$PREFIX\"" ;;
   *) die "store must be memory, sqlite or redis" ;;
 esac
-cat >"$OUT/gw.toml" <<TOML
-listen = "127.0.0.1:$GW_PORT"
-admin_listen = ""
-upstream = "http://127.0.0.1:$UP"
-store = "$SU"
-store_key_prefix = "$PREFIX"
-[defaults]
-allow_anonymous = true
-TOML
-[ "$ST" = redis ] || sed -i '/store_key_prefix/d' "$OUT/gw.toml"
+write_gateway_conf "$OUT/gw.toml" "$GW_PORT" "$UP" "$SU" "$EXTRA"
 (cd "$OUT" && RUST_LOG=warn exec valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" \
   "$BIN" serve --config gw.toml) >"$OUT/log" 2>&1 &
 GW=$!; remember_pid "$GW"

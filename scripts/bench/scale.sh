@@ -34,15 +34,7 @@ case $ST in
   postgres) need psql; SU=$PG_URL; EXTRA="store_table = \"$TABLE\"" ;;
   *) die "store must be sqlite or postgres" ;;
 esac
-cat >"$OUT/gw.toml" <<TOML
-listen = "127.0.0.1:$GW_PORT"
-admin_listen = ""
-upstream = "http://127.0.0.1:$UP"
-store = "$SU"
-$EXTRA
-[defaults]
-allow_anonymous = true
-TOML
+write_gateway_conf "$OUT/gw.toml" "$GW_PORT" "$UP" "$SU" "$EXTRA"
 start_gateway() {
   (cd "$OUT" && RUST_LOG=warn exec "$BIN" serve --config gw.toml) >>"$OUT/log" 2>&1 &
   GW=$!; remember_pid "$GW"; wait_port "$GW_PORT"

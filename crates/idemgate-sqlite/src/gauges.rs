@@ -70,6 +70,15 @@ pub(crate) fn gauges(conn: &Connection, exact_below: i64) -> Result<StoreGauges>
     }
 }
 
+/// Counts `n` records in `state` (the column's value) in `g`.
+fn add_state(g: &mut StoreGauges, state: &str, n: u64) {
+    match state {
+        "in_progress" => g.in_progress += n,
+        "completed" => g.completed += n,
+        _ => g.failed += n,
+    }
+}
+
 fn exact(conn: &Connection, now: UnixMillis) -> Result<StoreGauges> {
     let mut g = StoreGauges {
         now,
@@ -80,13 +89,7 @@ fn exact(conn: &Connection, now: UnixMillis) -> Result<StoreGauges> {
     let mut stmt = conn.prepare_cached(GAUGES)?;
     let mut rows = stmt.query([now])?;
     while let Some(r) = rows.next()? {
-        let state: String = r.get(0)?;
-        let n = r.get::<_, i64>(1)? as u64;
-        match state.as_str() {
-            "in_progress" => g.in_progress += n,
-            "completed" => g.completed += n,
-            _ => g.failed += n,
-        }
+        add_state(&mut g, &r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64);
         g.body_bytes = Some(g.body_bytes.unwrap_or(0) + r.get::<_, f64>(2)? as u64);
         if let Some(c) = r.get::<_, Option<i64>>(3)? {
             g.oldest_created_at = Some(g.oldest_created_at.map_or(c, |o| o.min(c)));
@@ -109,12 +112,7 @@ fn sampled(conn: &Connection, now: UnixMillis) -> Result<StoreGauges> {
     let mut stmt = conn.prepare_cached(UNSETTLED)?;
     let mut rows = stmt.query([now])?;
     while let Some(r) = rows.next()? {
-        let state: String = r.get(0)?;
-        let n = r.get::<_, i64>(1)? as u64;
-        match state.as_str() {
-            "in_progress" => g.in_progress += n,
-            _ => g.failed += n,
-        }
+        add_state(&mut g, &r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64);
         g.stuck_in_progress += r.get::<_, f64>(2)? as u64;
     }
     let total = estimated_records(conn)?;
