@@ -1,6 +1,8 @@
 //! Operator access to records: list the records of one idempotency key, delete one exact
-//! record whatever its state, count what a store holds. These back `idemgate inspect`,
-//! `idemgate release` and `idemgate stats`; the request path never calls them.
+//! record whatever its state, count what a store holds, and record the outcome an operator
+//! established for a stuck key ([`resolve()`], from the store primitives). These back
+//! `idemgate inspect`, `idemgate release`, `idemgate stats` and `idemgate resolve`; the
+//! request path never calls them.
 //!
 //! Unlike [`IdempotencyStore`](crate::IdempotencyStore), nothing here validates: records
 //! are returned raw ([`RawRecord`]) so that a corrupt one can still be seen and removed;
@@ -12,6 +14,14 @@ use crate::key::IdempotencyKey;
 use crate::record::{RecordState, ScopedKey, UnixMillis};
 use crate::store::Result;
 use crate::RawRecord;
+
+mod resolve;
+
+pub use resolve::{
+    check_resolvable, is_reserved, resolution_of, resolve, resolved_detail, NotResolvable,
+    Operator, OperatorOutcome, Resolution, ResolveError, Resolved, MAX_DETAIL_BYTES,
+    RESOLVED_DETAIL_HEADER, RESOLVED_HEADER, RESOLVE_LEASE_TTL,
+};
 
 /// Which records of one idempotency key to list: every scope, or only those of a route
 /// and/or a principal.

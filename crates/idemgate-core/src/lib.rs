@@ -18,9 +18,11 @@
 //! - [`admin`]: the operator operations ([`admin::AdminStore`]: list a key's records,
 //!   delete one exact record, count what a store holds).
 //! - [`gauges`]: [`StoreGauges`], what a store holds, for metrics.
+//! - [`counters`]: the lifecycle's counters, each series registered at 0 at start-up.
 //! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
 //!   outcome until it lands), with a deadline on every store call.
 //! - [`loghash`]: keyed hashes of keys and principals for logs.
+//! - [`status`]: what an upstream's status does to its record (store, release, fail).
 //!
 //! # State machine
 //! ```text
@@ -36,6 +38,7 @@
 
 pub mod admin;
 pub mod canonical;
+pub mod counters;
 pub mod engine;
 pub mod fingerprint;
 pub mod gauges;
@@ -47,6 +50,7 @@ pub mod loghash;
 pub mod memory;
 pub mod purge;
 pub mod record;
+pub mod status;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

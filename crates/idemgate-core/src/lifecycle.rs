@@ -32,7 +32,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::engine::{decide, Decision, DecisionPolicy};
@@ -117,10 +116,14 @@ pub enum Begin {
 pub enum Answer {
     /// The operation completed before: its stored response (validated, checksum verified).
     Replay(StoredResponse),
-    /// The operation completed but its response was not kept (streamed or too large).
+    /// The operation completed but its response was not kept (streamed or too large), or an
+    /// operator recorded it as not replayable (`idemgate resolve --not-replayable`).
     NotReplayable {
         /// The status the first caller got.
         status: u16,
+        /// The operator's text, for a record resolved as not replayable
+        /// ([`crate::admin::resolved_detail`]); `None` otherwise.
+        detail: Option<String>,
     },
     /// The first request still runs (its lease is live, or the record kept changing).
     InFlight {
@@ -138,7 +141,8 @@ pub enum Answer {
     Corrupt,
     /// The store failed or did not answer in time; nothing was run.
     Unavailable(StoreError),
-    /// Too many outcome writes are pending (store slow or down); nothing was run.
+    /// Too many outcome writes are pending, or follow-ups of inserts whose answer was lost
+    /// queued (store slow or down); nothing was run.
     Overloaded,
 }
 
@@ -169,8 +173,8 @@ pub struct Lifecycle<St> {
     store: Arc<St>,
     config: LifecycleConfig,
     pending: Arc<Pending>,
-    /// Permits for follow-ups of inserts whose answer was lost ([`reclaim`]).
-    reclaims: Arc<Semaphore>,
+    /// Follow-ups of inserts whose answer was lost ([`reclaim`]), running and queued.
+    reclaims: Arc<reclaim::Reclaims>,
 }
 
 impl<St> Clone for Lifecycle<St> {
@@ -208,7 +212,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             store,
             config,
             pending: Arc::default(),
-            reclaims: Arc::new(Semaphore::new(reclaim::MAX_RECLAIMS)),
+            reclaims: Arc::default(),
         }
     }
 
@@ -269,7 +273,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     where
         F: std::future::Future<Output = Option<Fingerprint>>,
     {
-        if self.pending.full(&self.config) {
+        if self.overloaded() {
             return Begin::Answer(Answer::Overloaded);
         }
         let mut req = InsertRequest {
@@ -321,8 +325,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         reclaim: bool,
         unseen: bool,
     ) -> Result<(InsertRequest, InsertOutcome), StoreError> {
-        let key = req.key.clone();
-        let token = req.token;
+        let (key, token, ttl) = (req.key.clone(), req.token, req.record_ttl);
         let store = self.store.clone();
         let mut call = Box::pin(async move {
             let r = match unseen {
@@ -338,14 +341,14 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             Ok(Err(StoreError::Corrupt { detail })) => Err(StoreError::Corrupt { detail }),
             Ok(Err(e)) => {
                 if reclaim {
-                    self.reclaim(None::<std::future::Ready<_>>, &key, token);
+                    self.reclaim(None::<std::future::Ready<_>>, &key, token, ttl);
                 }
                 Err(e)
             }
             Ok(done) => done,
             Err(_) => {
                 if reclaim {
-                    self.reclaim(Some(call), &key, token);
+                    self.reclaim(Some(call), &key, token, ttl);
                 }
                 Err(StoreError::Timeout)
             }

@@ -26,12 +26,14 @@ mod cases;
 mod damage;
 mod expiry;
 mod peek;
+mod resolve;
 
 pub use admin::*;
 pub use cases::*;
 pub use damage::*;
 pub use expiry::*;
 pub use peek::*;
+pub use resolve::*;
 
 /// A key unique to this process and call.
 pub fn unique_key(principal: &str) -> ScopedKey {
@@ -287,6 +289,24 @@ macro_rules! admin_conformance {
                     $damage(&store, &key, damage).await;
                     $crate::testing::assert_corrupt_listed_and_deleted(&store, &key, damage).await;
                 }
+            }
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn admin_resolve_fences_out_the_holder() {
+            if let Some(store) = $make().await {
+                $crate::testing::admin_resolve_fences_out_the_holder(store).await;
+            }
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn admin_resolve_refuses_a_changed_record() {
+            if let Some(store) = $make().await {
+                $crate::testing::admin_resolve_refuses_a_changed_record(store).await;
+            }
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn admin_resolve_not_replayable_keeps_the_detail() {
+            if let Some(store) = $make().await {
+                $crate::testing::admin_resolve_not_replayable_keeps_the_detail(store).await;
             }
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

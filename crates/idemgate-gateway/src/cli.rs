@@ -56,6 +56,9 @@ pub enum Command {
     Inspect(crate::admin::InspectArgs),
     /// Remove the records of one key whatever their state (an operator override).
     Release(crate::admin::ReleaseArgs),
+    /// Record the outcome an operator established for a stuck key: retries get it, and the
+    /// operation never runs again (an operator override).
+    Resolve(crate::admin::ResolveArgs),
     /// Count the records a store holds, by state.
     Stats(crate::admin::StatsArgs),
     /// Print the idempotency contract of the covered routes as OpenAPI, or add it to an API

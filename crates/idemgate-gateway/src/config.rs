@@ -70,6 +70,11 @@ pub struct Config {
     pub header_name: String,
     /// Methods covered. Default `["POST", "PATCH"]`.
     pub methods: Vec<String>,
+    /// A covered request matching no route: `"default"` (the `[defaults]` policy) or
+    /// `"refuse"` (`404 no-such-route`, nothing forwarded). Default `"default"`.
+    pub unmatched: String,
+    /// The path covered requests are forwarded with: `"as-sent"` (default) or `"normalised"`.
+    pub forward_path: String,
     /// Shortest key accepted, in characters. Default 8.
     pub key_min_length: usize,
     /// Longest key accepted, in characters. Default 128.
@@ -99,6 +104,9 @@ pub struct Config {
     /// its plain SHA-256, so stored principals cannot be cracked offline. Setting, changing
     /// or removing it changes every such caller's scope (README). Default: absent.
     pub principal_hash_key_file: Option<String>,
+    /// Let a `SIGHUP` reload change what (principal, route) requests get ([`ScopeSettings`]),
+    /// although retries of keys in flight then run again. Default false (refused, logged).
+    pub allow_scope_change_on_reload: bool,
     /// `idemgate key-service`: its listeners and calling clients (ignored by `serve`).
     pub key_service: idemgate_key_service::KeyServiceConfig,
 }
@@ -125,6 +133,8 @@ impl Default for Config {
             max_response_headers: 256,
             header_name: "Idempotency-Key".into(),
             methods: vec!["POST".into(), "PATCH".into()],
+            unmatched: "default".into(),
+            forward_path: "as-sent".into(),
             key_min_length: idemgate_core::key::DEFAULT_MIN_LEN,
             key_max_length: idemgate_core::key::DEFAULT_MAX_LEN,
             problem_type_base: idemgate_tower::policy::DEFAULT_PROBLEM_BASE.into(),
@@ -136,6 +146,7 @@ impl Default for Config {
             routes: Vec::new(),
             jwt: None,
             principal_hash_key_file: None,
+            allow_scope_change_on_reload: false,
             key_service: Default::default(),
         }
     }
@@ -174,6 +185,10 @@ pub struct Validated {
     pub log_hash_key: Option<String>,
     /// Listener and upstream TLS.
     pub tls: TlsSettings,
+    /// What decides requests' scope (a reload compares it with the one applied last).
+    pub scope: ScopeSettings,
+    /// Whether a reload to this configuration may change [`Validated::scope`].
+    pub allow_scope_change_on_reload: bool,
 }
 
 impl Config {
@@ -309,6 +324,8 @@ impl Config {
             Policy::default().with_default_route(default_route.clone().unwrap_or_default());
         policy.header_name = header_name.unwrap_or(HeaderName::from_static("idempotency-key"));
         policy.methods = methods;
+        policy.unmatched = setting("unmatched", Some(&self.unmatched), &mut errs);
+        policy.forward_path = setting("forward_path", Some(&self.forward_path), &mut errs);
         policy.key_len = (self.key_min_length, self.key_max_length);
         policy.problem_type_base.clone_from(&self.problem_type_base);
         policy.lifecycle = lifecycle;
@@ -364,9 +381,11 @@ impl Config {
                 purge_interval: (!purge.is_zero()).then_some(purge),
                 purge_batch,
                 gauges_interval,
-                policy,
                 log_hash_key: (!self.log_hash_key.is_empty()).then(|| self.log_hash_key.clone()),
                 tls,
+                scope: ScopeSettings::new(self, &policy),
+                allow_scope_change_on_reload: self.allow_scope_change_on_reload,
+                policy,
             }),
             _ => Err(errs),
         }
@@ -377,13 +396,15 @@ mod jwt;
 mod load;
 mod parse;
 mod route;
+mod scope;
 mod store;
 #[cfg(test)]
 mod tests;
 mod tls;
 
 pub use jwt::JwtConfig;
-use parse::{duration, parse_addr, parse_upstream};
+use parse::{duration, parse_addr, parse_upstream, setting};
 pub use route::RouteConfig;
 use route::{route_policy, Jwt};
+pub use scope::ScopeSettings;
 pub use tls::TlsSettings;

@@ -150,6 +150,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     crate::server::prometheus();
+    crate::telemetry::register_key_service(&config.service, store.backend());
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;

@@ -9,9 +9,9 @@
 //!   (`idemgate purge` and `serve`'s) and its progress; [`proxy`]: the upstream client;
 //!   [`linger`]: lingering close, so early answers reach clients still sending.
 //! - [`store`]: the backend chosen at run time; [`gauges`]: its gauges on `/metrics`;
-//!   [`admin`]: `inspect`, `release`, `stats`; [`telemetry`]: the metrics exporter; [`tls`]:
-//!   rustls for the listener and `https://` upstreams; [`reload`]: the configuration re-read on
-//!   `SIGHUP`.
+//!   [`admin`]: `inspect`, `release`, `resolve`, `stats`; [`telemetry`]: the metrics
+//!   exporter; [`tls`]: rustls for the listener and `https://` upstreams; [`reload`]: the
+//!   configuration re-read on `SIGHUP`.
 //! - [`openapi`]: the contract as OpenAPI (`idemgate openapi`).
 //! - [`key_service`]: `idemgate key-service`, the [`idemgate_key_service`] router on this
 //!   binary's stores, listeners and TLS.
@@ -105,6 +105,7 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         }
         Command::Inspect(args) => admin::inspect(args).await,
         Command::Release(args) => admin::release(args).await,
+        Command::Resolve(args) => admin::resolve(args).await,
         Command::Stats(args) => admin::stats(args).await,
         Command::Openapi(args) => openapi::command(args),
         Command::Demo => demo::run().await,

@@ -7,6 +7,12 @@
 //! with. Settings bound at start-up (listeners, store, purge task, engine-wide store
 //! deadline and pending-outcome bounds, listener certificate) are logged as needing a
 //! restart and keep their running values.
+//!
+//! A file that would change what (principal, route) a request gets ([`ScopeSettings`]:
+//! the principal sources, `principal_hash_key_file`'s key, `[jwt] issuer`, `header_name`,
+//! `methods`, the route templates) is refused, unless it sets
+//! `allow_scope_change_on_reload = true`: a retry of a key in flight would look in the new
+//! scope, find nothing and run again. It is compared with the configuration applied last.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -15,7 +21,7 @@ use tokio::sync::watch;
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
-use crate::config::Validated;
+use crate::config::{ScopeSettings, Validated};
 
 /// Re-reads the configuration: the file and the flags, validated.
 pub type Resolve = Box<dyn Fn() -> anyhow::Result<Validated> + Send + Sync>;
@@ -99,8 +105,8 @@ pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
 }
 
 /// Until `stop` turns true, re-reads the configuration on each `SIGHUP` with `resolve` and
-/// hands a good one to `apply`; logs what happened either way. `running` is the
-/// configuration the process started with. The signal handler is installed when this is
+/// hands a good one to `apply` ([`reload_once`]); logs what happened either way. `running`
+/// is the configuration the process started with. The signal handler is installed when this is
 /// called (before the returned future first runs), so a `SIGHUP` sent once the gateway
 /// answers never takes the default action (ending the process).
 pub fn on_sighup(
@@ -120,6 +126,7 @@ pub fn on_sighup(
                 return;
             }
         };
+        let mut applied = running.scope.clone();
         loop {
             #[cfg(unix)]
             let signal = hup.recv();
@@ -129,30 +136,59 @@ pub fn on_sighup(
                 _ = signal => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
-            reload_once(&resolve, &running, &apply);
+            reload_once(&resolve, &running, &mut applied, &apply);
         }
     }
 }
 
-/// One reload: resolve, log, apply.
-pub fn reload_once(resolve: &Resolve, running: &Validated, apply: &impl Fn(&Validated)) {
-    match resolve() {
+/// One reload: resolve, check, log, apply. `running` is the configuration the process
+/// started with (settings bound at start-up are compared with it); `applied` is the scope of
+/// the configuration applied last, updated when this one applies.
+///
+/// A configuration that changes the scope ([`ScopeSettings::changes`]) without
+/// `allow_scope_change_on_reload` is refused: logged as an error naming what changed, and
+/// the running configuration stays.
+pub fn reload_once(
+    resolve: &Resolve,
+    running: &Validated,
+    applied: &mut ScopeSettings,
+    apply: &impl Fn(&Validated),
+) {
+    let new = match resolve() {
+        Ok(new) => new,
         Err(e) => {
-            tracing::error!("configuration reload rejected; the running configuration stays: {e:#}")
-        }
-        Ok(new) => {
-            for field in restart_only(running, &new) {
-                tracing::warn!(
-                    field,
-                    "configuration reload: `{field}` changed but only takes effect after a restart; the running value stays"
-                );
-            }
-            apply(&new);
-            tracing::info!(
-                upstream = %new.upstream,
-                routes = new.policy.routes().count(),
-                "configuration reloaded; new requests use the new policy"
+            tracing::error!(
+                "configuration reload rejected; the running configuration stays: {e:#}"
             );
+            return;
         }
+    };
+    let moved = applied.changes(&new.scope);
+    if !moved.is_empty() {
+        let changed = moved.join("; ");
+        if !new.allow_scope_change_on_reload {
+            tracing::error!(
+                %changed,
+                "configuration reload refused: it changes what (principal, route) requests get, so retries of keys in flight would run again; the running configuration stays. Restart the gateway while no retries are expected, or set allow_scope_change_on_reload = true"
+            );
+            return;
+        }
+        tracing::warn!(
+            %changed,
+            "configuration reload changes what (principal, route) requests get (allow_scope_change_on_reload = true): retries of keys in flight may run again"
+        );
     }
+    for field in restart_only(running, &new) {
+        tracing::warn!(
+            field,
+            "configuration reload: `{field}` changed but only takes effect after a restart; the running value stays"
+        );
+    }
+    apply(&new);
+    *applied = new.scope;
+    tracing::info!(
+        upstream = %new.upstream,
+        routes = new.policy.routes().count(),
+        "configuration reloaded; new requests use the new policy"
+    );
 }

@@ -29,6 +29,10 @@ use crate::reload::{self, Current, Resolve};
 use crate::store::AnyStore;
 use crate::tls::TlsListener;
 
+mod length_problem;
+
+use length_problem::{LengthProblem, LengthProblemListener};
+
 /// Serves the gateway on `listener` (and the admin endpoints on `admin`, if given) until
 /// `shutdown` resolves, then drains in-flight requests.
 ///
@@ -109,6 +113,7 @@ async fn serve(
     reload: Option<Resolve>,
 ) -> anyhow::Result<()> {
     prometheus();
+    crate::telemetry::register_gateway(&config.policy, store.backend());
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -191,15 +196,19 @@ async fn serve(
         let _ = tcp.get_ref().set_nodelay(true);
     });
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    // hyper's bare `400` to differing `Content-Length` values gets a problem+json body.
+    let problem = LengthProblem::new(&config.policy.problem_type_base);
     match &config.tls.listener {
         Some(tls) => {
-            // `tap_io` gives the TLS listener axum's `ConnectInfo<SocketAddr>`.
-            let tls = TlsListener::new(listener, tls.clone()).tap_io(|_| {});
+            // `tap_io` gives the wrapped listeners axum's `ConnectInfo<SocketAddr>`.
+            let tls = TlsListener::new(listener, tls.clone());
+            let tls = LengthProblemListener::new(tls, problem).tap_io(|_| {});
             axum::serve(tls, app)
                 .with_graceful_shutdown(stopped(stop_rx))
                 .await?
         }
         None => {
+            let listener = LengthProblemListener::new(listener, problem).tap_io(|_| {});
             axum::serve(listener, app)
                 .with_graceful_shutdown(stopped(stop_rx))
                 .await?

@@ -1,9 +1,15 @@
 //! The gateway's Prometheus exporter: latency histograms with fixed buckets (so they sum
-//! across gateways, unlike summaries' quantiles) and HELP text on every metric.
+//! across gateways, unlike summaries' quantiles) and HELP text on every metric; and the
+//! counters each command registers at 0 at start-up ([`register_gateway`],
+//! [`register_key_service`]), so that an alert on `increase(...)` fires on a process's
+//! first event. Gauges appear once they have a value.
 
 use std::sync::OnceLock;
 
-use metrics::{describe_counter, describe_gauge};
+use idemgate_core::counters::{CounterSpec, Series};
+use idemgate_key_service::KeyServiceSettings;
+use idemgate_tower::Policy;
+use metrics::describe_gauge;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// The Prometheus recorder, installed once per process with
@@ -23,29 +29,81 @@ fn install() -> Option<PrometheusHandle> {
         .ok()?;
     let handle = builder.install_recorder().ok()?;
     idemgate_tower::metrics::describe();
+    idemgate_key_service::counters::describe();
     describe();
     Some(handle)
+}
+
+/// Purge runs, by `result` ([`PURGE_RESULTS`]).
+pub const PURGE_RUNS: &str = "idempotency_purge_runs_total";
+
+/// Every value of the `result` label of [`PURGE_RUNS`].
+pub const PURGE_RESULTS: [&str; 2] = ["ok", "error"];
+
+/// The counters of the purge and the store gauges, in both commands.
+pub const COUNTERS: [CounterSpec; 3] = [
+    CounterSpec {
+        name: "idempotency_purged_records_total",
+        help: "Expired records deleted by the purge (in-process or `idemgate purge`).",
+    },
+    CounterSpec {
+        name: PURGE_RUNS,
+        help: "Purge runs by result (ok, error).",
+    },
+    CounterSpec {
+        name: "idempotency_store_gauges_errors_total",
+        help: "Failed reads of the store gauges.",
+    },
+];
+
+/// The counter series of [`COUNTERS`].
+fn background_series() -> Vec<Series> {
+    let mut series = Series::new(PURGE_RUNS).each("result", &PURGE_RESULTS);
+    series.push(Series::new("idempotency_purged_records_total"));
+    series.push(Series::new("idempotency_store_gauges_errors_total"));
+    series
+}
+
+/// Every counter series `idemgate serve` can emit under `policy` on a store whose backend
+/// is `backend`: the layer's and its lifecycle's
+/// ([`idemgate_tower::metrics::series`]), the purge's and the store gauges'.
+pub fn gateway_series(policy: &Policy, backend: &'static str) -> Vec<Series> {
+    let mut series = idemgate_tower::metrics::series(policy, backend);
+    series.extend(background_series());
+    series
+}
+
+/// Every counter series `idemgate key-service` can emit with `settings` on a store whose
+/// backend is `backend`: the service's and its lifecycle's
+/// ([`idemgate_key_service::counters::series`]), the purge's and the store gauges'.
+pub fn key_service_series(settings: &KeyServiceSettings, backend: &'static str) -> Vec<Series> {
+    let mut series = idemgate_key_service::counters::series(settings, backend);
+    series.extend(background_series());
+    series
+}
+
+/// Registers every one of [`gateway_series`] at 0: the gateway's one place for it, called
+/// at start-up after the recorder is installed. (The layer registers its own series again
+/// whenever it wraps the proxy, so routes added by a reload start at 0 too.)
+pub fn register_gateway(policy: &Policy, backend: &'static str) {
+    gateway_series(policy, backend)
+        .iter()
+        .for_each(Series::register);
+}
+
+/// Registers every one of [`key_service_series`] at 0: the key service command's one place
+/// for it, called at start-up after the recorder is installed.
+pub fn register_key_service(settings: &KeyServiceSettings, backend: &'static str) {
+    key_service_series(settings, backend)
+        .iter()
+        .for_each(Series::register);
 }
 
 /// HELP text of the gateway's own metrics: the purge and the store gauges (refreshed every
 /// `gauges_interval`, labelled `backend`).
 fn describe() {
-    let counters = [
-        (
-            "idempotency_purged_records_total",
-            "Expired records deleted by the purge (in-process or `idemgate purge`).",
-        ),
-        (
-            "idempotency_purge_runs_total",
-            "Purge runs by result (ok, error).",
-        ),
-        (
-            "idempotency_store_gauges_errors_total",
-            "Failed reads of the store gauges.",
-        ),
-    ];
-    for (name, help) in counters {
-        describe_counter!(name, help);
+    for counter in COUNTERS {
+        counter.describe();
     }
     let gauges = [
         ("idempotency_records", "Records held, by state (in_progress, completed, failed)."),

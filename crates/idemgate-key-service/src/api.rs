@@ -81,7 +81,7 @@ pub async fn acquire<St: IdempotencyStore>(
             Answer::Replay(r) => AcquireResponse::Replay {
                 response: validate::response_parts(&r),
             },
-            Answer::NotReplayable { status } => AcquireResponse::NotKept { status },
+            Answer::NotReplayable { status, .. } => AcquireResponse::NotKept { status },
             Answer::Mismatch => AcquireResponse::Mismatch,
             Answer::PreviousFailed => AcquireResponse::PreviousFailed,
             Answer::OutcomeUnknown => AcquireResponse::OutcomeUnknown,

@@ -97,6 +97,11 @@ impl Clients {
     pub fn is_empty(&self) -> bool {
         self.by_digest.is_empty()
     }
+
+    /// The clients' names (unique), in no particular order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_digest.values().map(|c| &*c.name)
+    }
 }
 
 fn sha256(b: &[u8]) -> [u8; 32] {

@@ -10,6 +10,7 @@
 //!   `/v1/complete`, `/v1/fail`, `/v1/release`; [`records`]: `GET /v1/records`;
 //!   [`store_api`]: `/v1/store/...` for [`idemgate_client::KeyServiceStore`];
 //!   [`openapi`]: `/v1/openapi.json`; [`problem`]: errors as problem details.
+//! - [`counters`]: the counters on `/metrics`, every series registered at 0 at start-up.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -36,6 +37,7 @@ use serde::Deserialize;
 
 pub mod api;
 pub mod auth;
+pub mod counters;
 mod fingerprint;
 pub mod openapi;
 pub mod outcome;
@@ -133,13 +135,15 @@ pub struct KeyService<St> {
 }
 
 impl<St: IdempotencyStore> KeyService<St> {
-    /// A service over `lifecycle` with the settings' clients and limits.
+    /// A service over `lifecycle` with the settings' clients and limits. Registers every
+    /// counter series it can emit at 0 with the installed recorder ([`counters::register`]).
     pub fn new(lifecycle: Lifecycle<St>, settings: &KeyServiceSettings) -> Arc<Self> {
         if settings.clients.is_empty() {
             tracing::warn!(
                 "key service: no [[key_service.clients]] configured; every call gets 401"
             );
         }
+        counters::register(settings, lifecycle.store().backend());
         Arc::new(Self {
             lifecycle,
             clients: settings.clients.clone(),

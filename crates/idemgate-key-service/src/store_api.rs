@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::Json;
 use idemgate_client::store_wire::*;
 use idemgate_client::wire::Problem;
-use idemgate_core::{IdempotencyStore, InsertOutcome, InsertRequest, ScopedKey};
+use idemgate_core::{admin, IdempotencyStore, InsertOutcome, InsertRequest, ScopedKey};
 
 use crate::api::store_error;
 use crate::auth::Caller;
@@ -184,6 +184,10 @@ pub async fn complete<St: IdempotencyStore>(
         .to_core()
         .map_err(|e| ApiError::invalid("response", e))?;
     idemgate_core::integrity::check_storable(&r).map_err(|e| ApiError::invalid("response", e))?;
+    if let Some((name, _)) = r.headers.iter().find(|(n, _)| admin::is_reserved(n)) {
+        let why = format!("header `{name}` is reserved for the audit entry of `idemgate resolve`");
+        return Err(ApiError::invalid("response", why));
+    }
     let store = s.lifecycle.store();
     s.timed(store.complete(&l, &r)).await.map_err(store_error)?;
     Ok(Json(Done { ok: true }))

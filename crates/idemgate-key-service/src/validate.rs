@@ -125,6 +125,12 @@ pub fn response(r: &ResponseParts) -> Result<StoredResponse, ApiError> {
         let name = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
             ApiError::invalid(format!("response.headers[{i}][0]"), "not a header name")
         })?;
+        if idemgate_core::admin::is_reserved(name.as_str()) {
+            return Err(ApiError::invalid(
+                format!("response.headers[{i}][0]"),
+                "reserved for the audit entry of `idemgate resolve`",
+            ));
+        }
         http::HeaderValue::from_str(value).map_err(|_| {
             ApiError::invalid(
                 format!("response.headers[{i}][1]"),

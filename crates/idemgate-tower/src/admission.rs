@@ -22,7 +22,7 @@ use crate::access::Access;
 use crate::body::{boxed, full, BoxBody};
 use crate::glue::{answer_for, rejection, run, Answered, Covered};
 use crate::limits::Limiter;
-use crate::metrics::{Meters, RouteMetrics};
+use crate::metrics::{Meters, RouteMetrics, UNMATCHED};
 use crate::policy::{Policy, Resolved};
 use crate::principal::Principal;
 use crate::rejection::IdempotencyRejection;
@@ -30,7 +30,7 @@ use crate::replay::IDEMPOTENT_REPLAYED;
 
 pub(crate) mod fingerprint;
 
-use fingerprint::FingerprintJob;
+use fingerprint::{ambiguous_header, FingerprintJob};
 
 /// What a request shares with the service.
 pub(crate) struct Ctx<St> {
@@ -60,9 +60,13 @@ where
 {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
-    let Some(resolved) = ctx.policy.resolve_parts(&parts) else {
-        let req = Request::from_parts(parts, body);
-        return pass_through(inner, req, ctx.meters.uncovered()).await;
+    let resolved = match ctx.policy.resolve_parts(&parts) {
+        None => {
+            let req = Request::from_parts(parts, body);
+            return pass_through(inner, req, ctx.meters.uncovered()).await;
+        }
+        Some(Ok(resolved)) => resolved,
+        Some(Err(refused)) => return refuse(&ctx, started, refused),
     };
     let meters = ctx.meters.route(&resolved.label);
     let mut access = Access::start(&meters, started);
@@ -71,10 +75,25 @@ where
     answered.1
 }
 
+/// The answer to a covered request refused before it reached a route (its path), counted
+/// and logged under the `(unmatched)` label.
+fn refuse<St, E>(
+    ctx: &Ctx<St>,
+    started: Instant,
+    refused: IdempotencyRejection,
+) -> Result<Response<BoxBody>, E> {
+    let meters = ctx.meters.route(UNMATCHED);
+    let access = Access::start(&meters, started);
+    let (outcome, response) = rejection(&meters, &ctx.policy.problem_type_base, refused);
+    let answered = (outcome, Ok(response));
+    access.finish(&answered);
+    answered.1
+}
+
 async fn admit<S, St, B, ResB>(
     inner: S,
     ctx: &Ctx<St>,
-    resolved: Resolved<'_>,
+    mut resolved: Resolved<'_>,
     meters: &Arc<RouteMetrics>,
     access: &mut Access<'_>,
     (mut parts, body): (http::request::Parts, B),
@@ -94,6 +113,12 @@ where
         let (outcome, response) = rejection(meters, &policy.problem_type_base, r);
         (outcome, Ok(response))
     };
+    if let Some(path) = resolved.forward.take() {
+        match with_path(&parts.uri, &path) {
+            Some(uri) => parts.uri = uri,
+            None => return reject(IdempotencyRejection::Internal),
+        }
+    }
     let (min, max) = policy.key_len;
     let values = parts.headers.get_all(&policy.header_name);
     let key = match parse_header_values_with(values.iter().map(|v| v.as_bytes()), min, max) {
@@ -110,6 +135,9 @@ where
         }
         Ok(Some(key)) => key,
     };
+    if let Some(header) = ambiguous_header(&parts.headers, resolved.policy) {
+        return reject(IdempotencyRejection::AmbiguousRequest { header });
+    }
     access.key(key.as_str());
     let rp = resolved.policy.clone();
     let principal = match rp.principal.principal(&parts) {
@@ -229,6 +257,17 @@ where
     let called = inner.call(req.map(boxed)).await;
     meters.upstream(called.as_ref().ok().map(Response::status), started);
     Ok(called?.map(boxed))
+}
+
+/// `uri` with its path replaced by `path` (in normal form), its query kept.
+fn with_path(uri: &http::Uri, path: &str) -> Option<http::Uri> {
+    let path_and_query = match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(path_and_query.parse().ok()?);
+    http::Uri::from_parts(parts).ok()
 }
 
 /// The `Content-Length` header as a number, if present and valid.

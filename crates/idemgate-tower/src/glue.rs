@@ -191,7 +191,7 @@ async fn execute<S, St, ResB>(
         let body = boxed(body);
         // A `304` is kept as not replayable: it has no body and answers a conditional
         // `GET`/`HEAD` only (RFC 9110 §15.4.5), so it is never replayed.
-        let keep = rp.action_for(parts.status) == StatusAction::Store
+        let keep = rp.action_for(parts.status, &parts.headers) == StatusAction::Store
             && parts.status != StatusCode::NOT_MODIFIED
             && !is_streaming(&parts.headers)
             && content_length(&parts.headers).is_none_or(|n| n <= cap as u64);
@@ -265,7 +265,7 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
         replayable,
     };
     let keep = |body: Bytes, replayable: bool| storable(covered.label(), stored(body, replayable));
-    let (outcome, body) = match (rp.action_for(parts.status), received) {
+    let (outcome, body) = match (rp.action_for(parts.status, &parts.headers), received) {
         (StatusAction::Release, r) => (Outcome::Release, unbuffered(r)),
         (StatusAction::Fail, r) => (Outcome::Fail, unbuffered(r)),
         (StatusAction::Store, Received::Streamed(body)) => (keep(Bytes::new(), false), body),

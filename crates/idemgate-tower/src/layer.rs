@@ -51,6 +51,8 @@ pub struct IdempotencyLayer<St> {
     policy: Arc<Policy>,
     tasks: TaskTracker,
     limiter: Arc<Limiter>,
+    /// The store's backend name, for the counters registered at 0 ([`crate::metrics::register`]).
+    backend: &'static str,
 }
 
 impl<St> Clone for IdempotencyLayer<St> {
@@ -60,6 +62,7 @@ impl<St> Clone for IdempotencyLayer<St> {
             policy: self.policy.clone(),
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
+            backend: self.backend,
         }
     }
 }
@@ -81,6 +84,7 @@ impl<St: IdempotencyStore> IdempotencyLayer<St> {
     /// completes records itself, a purge task), without wrapping it in a second `Arc`.
     pub fn from_arc(store: Arc<St>, policy: Policy) -> Self {
         Self {
+            backend: store.backend(),
             lifecycle: Lifecycle::new(store, policy.lifecycle.clone()),
             policy: Arc::new(policy),
             tasks: TaskTracker::new(),
@@ -118,12 +122,13 @@ impl<St> IdempotencyLayer<St> {
         self.tasks.reopen();
     }
 
-    /// Wraps `inner` in the middleware ([`Layer::layer`]).
+    /// Wraps `inner` in the middleware ([`Layer::layer`]), after registering every counter
+    /// series of the policy at 0 ([`crate::metrics::register`]).
     pub(crate) fn wrap<S>(&self, inner: S) -> Idempotency<S, St> {
         Idempotency {
             inner,
             lifecycle: self.lifecycle.clone(),
-            meters: Arc::new(Meters::for_policy(&self.policy)),
+            meters: Arc::new(Meters::for_policy(&self.policy, self.backend)),
             policy: self.policy.clone(),
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
@@ -146,6 +151,7 @@ impl<St> IdempotencyLayer<St> {
             policy: Arc::new(policy),
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
+            backend: self.backend,
         }
     }
 }

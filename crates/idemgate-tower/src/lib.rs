@@ -55,6 +55,7 @@ mod lease;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
+pub mod path;
 pub mod policy;
 pub mod principal;
 pub mod rejection;

@@ -8,11 +8,17 @@
 //!
 //! Handles are resolved against the recorder installed when the layer is built (install the
 //! recorder first) and once per (route, outcome): a request allocates no label vector.
+//!
+//! Every counter series the layer and its lifecycle can emit ([`series`]) is registered at 0
+//! when the layer wraps a service ([`register`]): per configured route, [`UNMATCHED`] and
+//! [`UNCOVERED`], so an alert on `increase(...)` fires on a process's first event too.
+//! Templates axum matches that no configured route names are registered when first seen.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use metrics::{describe_counter, describe_gauge, describe_histogram, Counter, Histogram, Unit};
+use idemgate_core::counters::{lifecycle_series, CounterSpec, Series, LIFECYCLE_COUNTERS};
+use metrics::{describe_gauge, describe_histogram, Counter, Histogram, Unit};
 use tokio::time::Instant;
 
 use crate::policy::Policy;
@@ -43,6 +49,41 @@ pub const OUTCOMES: [&str; 16] = [
     "client_gone",
 ];
 
+/// The outcomes `idempotency_requests_total` counts: [`OUTCOMES`] but `upstream_error` and
+/// `client_gone`, which only the durations (and the access log) carry.
+pub const REQUEST_OUTCOMES: &[&str] = OUTCOMES.split_at(14).0;
+
+/// Every value of the `limit` label of `idempotency_limited_total`.
+pub const LIMITS: [&str; 2] = ["in_flight", "new_keys"];
+
+/// Covered requests, by `route` and `outcome` ([`REQUEST_OUTCOMES`]).
+pub const REQUESTS: &str = "idempotency_requests_total";
+/// Upstream answers, by `route` and `class` ([`STATUS_CLASSES`]).
+pub const UPSTREAM_RESPONSES: &str = "idempotency_upstream_responses_total";
+/// Requests refused by a per-principal limit, by `route` and `limit` ([`LIMITS`]).
+pub const LIMITED: &str = "idempotency_limited_total";
+
+/// The counters of the layer itself (the lifecycle's are
+/// [`LIFECYCLE_COUNTERS`]).
+pub const COUNTERS: [CounterSpec; 4] = [
+    CounterSpec {
+        name: REQUESTS,
+        help: "Covered requests by route template and outcome (acquired, takeover, replayed, conflict, mismatch, ...).",
+    },
+    CounterSpec {
+        name: UPSTREAM_RESPONSES,
+        help: "Upstream answers by route template and status class (1xx..5xx, or error when no response came).",
+    },
+    CounterSpec {
+        name: LIMITED,
+        help: "Requests refused by a per-principal limit, by route template and limit.",
+    },
+    CounterSpec {
+        name: "idempotency_limit_table_full_total",
+        help: "Requests refused because the per-principal limit table was full.",
+    },
+];
+
 /// Every value of the `class` label of `idempotency_upstream_responses_total`: the status
 /// class (RFC 9110 §15), or `error` when the upstream call failed without a response.
 pub const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
@@ -56,53 +97,66 @@ pub const LATENCY_BUCKETS: [f64; 14] = [
 /// Describes (HELP text and unit) every metric of the layer and of the core lifecycle.
 /// Call it once after installing the recorder.
 pub fn describe() {
-    describe_counter!("idempotency_requests_total", "Covered requests by route template and outcome (acquired, takeover, replayed, conflict, mismatch, ...).");
+    for counter in LIFECYCLE_COUNTERS.iter().chain(&COUNTERS) {
+        counter.describe();
+    }
     describe_histogram!("idempotency_request_duration_seconds", Unit::Seconds, "Time from a covered request's arrival to its response head, by route template and outcome.");
     describe_histogram!(
         "idempotency_upstream_duration_seconds",
         Unit::Seconds,
         "Time the upstream took to send response headers (or to fail), by route template."
     );
-    describe_counter!("idempotency_upstream_responses_total", "Upstream answers by route template and status class (1xx..5xx, or error when no response came).");
     describe_histogram!("idempotency_store_duration_seconds", Unit::Seconds, "Duration of store calls made by the lifecycle, by operation and backend (timeouts count at the deadline).");
-    describe_counter!("idempotency_takeovers_total", "Expired leases taken over by a retry (routes with lease_expired = \"takeover\"); the operation runs again.");
-    describe_counter!(
-        "idempotency_lease_lost_total",
-        "Holders that lost their lease while their operation ran or before its outcome landed."
-    );
-    describe_counter!(
-        "idempotency_outcome_unknown_total",
-        "Retries answered outcome-unknown: a lease lapsed before its outcome was written."
-    );
-    describe_counter!(
-        "idempotency_record_corrupt_total",
-        "Stored records that failed validation and were not replayed, by backend."
-    );
-    describe_counter!(
-        "idempotency_outcome_retries_total",
-        "Outcome writes retried after a store failure."
-    );
-    describe_counter!(
-        "idempotency_outcome_abandoned_total",
-        "Outcome writes that never landed, by reason (ttl, shutdown)."
-    );
     describe_gauge!(
         "idempotency_pending_outcomes",
         "Outcome writes not yet landed (being retried)."
     );
-    describe_counter!(
-        "idempotency_reclaimed_total",
-        "Records of inserts whose answer was lost, released again."
+}
+
+/// Every counter series of route label `route` of covered requests: requests by outcome,
+/// upstream answers by class, refusals by limit.
+pub fn route_series(route: &str) -> Vec<Series> {
+    let mut series = Series::new(REQUESTS)
+        .with("route", route)
+        .each("outcome", REQUEST_OUTCOMES);
+    series.extend(upstream_series(route));
+    series.extend(
+        Series::new(LIMITED)
+            .with("route", route)
+            .each("limit", &LIMITS),
     );
-    describe_counter!("idempotency_reclaim_skipped_total", "Inserts whose answer was lost that were too many to follow up (a record may stay in progress).");
-    describe_counter!(
-        "idempotency_limited_total",
-        "Requests refused by a per-principal limit, by route template and limit."
-    );
-    describe_counter!(
-        "idempotency_limit_table_full_total",
-        "Requests refused because the per-principal limit table was full."
-    );
+    series
+}
+
+/// The counter series of upstream answers by class under route label `route` (all that
+/// requests whose method is not covered count).
+fn upstream_series(route: &str) -> Vec<Series> {
+    Series::new(UPSTREAM_RESPONSES)
+        .with("route", route)
+        .each("class", &STATUS_CLASSES)
+}
+
+/// Every counter series a layer under `policy`, on a store whose backend is `backend`, can
+/// emit: the lifecycle's, the layer's own, and [`route_series`] of every configured route
+/// and [`UNMATCHED`] (templates axum matches that `policy` does not name are not known
+/// before they are seen).
+pub fn series(policy: &Policy, backend: &'static str) -> Vec<Series> {
+    let mut series = lifecycle_series(backend);
+    series.push(Series::new("idempotency_limit_table_full_total"));
+    for (route, _) in policy.routes() {
+        series.extend(route_series(route));
+    }
+    series.extend(route_series(UNMATCHED));
+    series.extend(upstream_series(UNCOVERED));
+    series
+}
+
+/// Registers every one of [`series`] at 0 with the installed recorder (series already there
+/// keep their values).
+pub fn register(policy: &Policy, backend: &'static str) {
+    for s in series(policy, backend) {
+        s.register();
+    }
 }
 
 /// The handles of one route label, resolved once each.
@@ -138,7 +192,7 @@ impl RouteMetrics {
         let i = outcome_index(outcome);
         self.requests[i]
             .get_or_init(|| {
-                metrics::counter!("idempotency_requests_total", "route" => self.route.to_string(), "outcome" => OUTCOMES[i])
+                metrics::counter!(REQUESTS, "route" => self.route.to_string(), "outcome" => OUTCOMES[i])
             })
             .increment(1);
     }
@@ -167,7 +221,7 @@ impl RouteMetrics {
         };
         self.upstream[i]
             .get_or_init(|| {
-                metrics::counter!("idempotency_upstream_responses_total", "route" => self.route.to_string(), "class" => STATUS_CLASSES[i])
+                metrics::counter!(UPSTREAM_RESPONSES, "route" => self.route.to_string(), "class" => STATUS_CLASSES[i])
             })
             .increment(1);
     }
@@ -189,7 +243,9 @@ pub(crate) struct Meters {
 }
 
 impl Meters {
-    pub(crate) fn for_policy(policy: &Policy) -> Self {
+    /// The handles of `policy`'s routes, after registering every counter series ([`register`]).
+    pub(crate) fn for_policy(policy: &Policy, backend: &'static str) -> Self {
+        register(policy, backend);
         let routes = policy
             .routes()
             .map(|(r, _)| (r.to_owned(), Arc::new(RouteMetrics::new(r))))
@@ -217,9 +273,10 @@ impl Meters {
         }
         drop(read);
         let mut write = self.matched.write().unwrap_or_else(|e| e.into_inner());
-        let m = write
-            .entry(label.to_owned())
-            .or_insert_with(|| Arc::new(RouteMetrics::new(label)));
+        let m = write.entry(label.to_owned()).or_insert_with(|| {
+            route_series(label).iter().for_each(Series::register);
+            Arc::new(RouteMetrics::new(label))
+        });
         m.clone()
     }
 
@@ -242,7 +299,7 @@ mod tests {
         let policy = Policy::default()
             .with_route("POST /a/{id}", Default::default())
             .unwrap();
-        let meters = Meters::for_policy(&policy);
+        let meters = Meters::for_policy(&policy, "memory");
         assert_eq!(meters.route("POST /a/{id}").route(), "POST /a/{id}");
         assert_eq!(meters.route(UNMATCHED).route(), UNMATCHED);
         assert_eq!(
@@ -252,5 +309,39 @@ mod tests {
         let again = meters.route("POST /matched/{id}");
         assert!(Arc::ptr_eq(&again, &meters.route("POST /matched/{id}")));
         assert_eq!(meters.uncovered().route(), UNCOVERED);
+    }
+
+    #[test]
+    fn series_cover_every_counter_and_route() {
+        assert_eq!(REQUEST_OUTCOMES.len(), 14);
+        assert!(!REQUEST_OUTCOMES.contains(&"upstream_error"));
+        assert!(!REQUEST_OUTCOMES.contains(&"client_gone"));
+        let policy = Policy::default()
+            .with_route("POST /a/{id}", Default::default())
+            .unwrap();
+        let all = series(&policy, "sqlite");
+        for counter in LIFECYCLE_COUNTERS.iter().chain(&COUNTERS) {
+            assert!(
+                all.iter().any(|s| s.name == counter.name),
+                "{}",
+                counter.name
+            );
+        }
+        let per_route = REQUEST_OUTCOMES.len() + STATUS_CLASSES.len() + LIMITS.len();
+        for route in ["POST /a/{id}", UNMATCHED] {
+            let of_route = all
+                .iter()
+                .filter(|s| s.labels.first() == Some(&("route", route.to_owned())));
+            assert_eq!(of_route.count(), per_route, "{route}");
+        }
+        let mismatch = Series::new(REQUESTS)
+            .with("route", "POST /a/{id}")
+            .with("outcome", "mismatch");
+        assert!(all.contains(&mismatch));
+        let uncovered = all
+            .iter()
+            .filter(|s| s.labels.contains(&("route", UNCOVERED.into())));
+        assert!(uncovered.clone().all(|s| s.name == UPSTREAM_RESPONSES));
+        assert_eq!(uncovered.count(), STATUS_CLASSES.len());
     }
 }

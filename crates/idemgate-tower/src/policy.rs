@@ -4,17 +4,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, Method, StatusCode};
+use http::{HeaderMap, HeaderName, Method, StatusCode};
 use idemgate_core::engine::{DecisionPolicy, LeaseExpiredPolicy};
 use idemgate_core::lifecycle::{LifecycleConfig, RoutePlan};
 
-use crate::metrics::UNMATCHED;
+use crate::path::{EncodedSlash, ForwardPath, TrailingSlash, Unmatched};
 use crate::principal::PrincipalSource;
 use crate::template::parse_method;
 
+mod matching;
 mod status;
 
-pub use status::{StatusAction, StatusPattern};
+pub use matching::Resolution;
+
+pub use status::{StatusAction, StatusPattern, StatusRules};
 
 /// The knobs of one route. [`RoutePolicy::default`] gives the DESIGN.md defaults.
 #[derive(Clone, Debug)]
@@ -29,12 +32,18 @@ pub struct RoutePolicy {
     pub max_lease: Duration,
     /// Status for a key reused with another request: `422` (default) or `400` (Stripe).
     pub mismatch_status: StatusCode,
-    /// Statuses whose response is stored and replayed. Defaults to `2xx`, `3xx`, `4xx`.
+    /// Statuses whose response is stored and replayed. Defaults to `2xx`, `3xx`, `4xx`
+    /// ([`DEFAULT_STORE_STATUSES`](idemgate_core::status::DEFAULT_STORE_STATUSES), which
+    /// says why). A `401` with `WWW-Authenticate` is released unless a list names `401`
+    /// exactly ([`RoutePolicy::action_for`]).
     pub store_statuses: Vec<StatusPattern>,
     /// Statuses that mean "nothing was done": the key is released. Defaults to `408`, `425`,
-    /// `429`, `503`. Checked first.
+    /// `429`, `503` ([`DEFAULT_RELEASE_STATUSES`](idemgate_core::status::DEFAULT_RELEASE_STATUSES),
+    /// which says why). Checked first.
     pub release_statuses: Vec<StatusPattern>,
-    /// Statuses that fail the record. Defaults to `5xx`. Anything matching no list fails too.
+    /// Statuses that fail the record. Defaults to `5xx`
+    /// ([`DEFAULT_FAIL_STATUSES`](idemgate_core::status::DEFAULT_FAIL_STATUSES), which says
+    /// why). Anything matching no list fails too.
     pub fail_statuses: Vec<StatusPattern>,
     /// JSON Pointers (RFC 6901) left out of the fingerprint. Defaults to none.
     pub ignore_json_pointers: Vec<String>,
@@ -75,6 +84,19 @@ pub struct RoutePolicy {
     /// Send [`IDEMPOTENCY_KEY_LIFETIME`](crate::replay::IDEMPOTENCY_KEY_LIFETIME) (the
     /// record TTL in seconds) on fresh and replayed keyed responses. Defaults to false.
     pub record_ttl_header: bool,
+    /// What a path that differs from this route's template only by a trailing `/` means:
+    /// `400 ambiguous-path` ([`TrailingSlash::Refuse`], the default) or this route
+    /// ([`TrailingSlash::Same`]). On the default route: whether an unmatched path with a
+    /// trailing `/` is refused or scoped without it. See [`Policy::resolve`].
+    pub trailing_slash: TrailingSlash,
+    /// What an encoded `/` (`%2F`) in a path this route matches means: `400
+    /// ambiguous-path` ([`EncodedSlash::Refuse`], the default) or a literal escape inside
+    /// its segment ([`EncodedSlash::Keep`]).
+    pub encoded_slash: EncodedSlash,
+    /// Match this route's template ignoring ASCII letter case (for upstreams that route so,
+    /// e.g. Express and ASP.NET by default); on the default route, the concrete path of the
+    /// scope is folded to lower case. Defaults to false.
+    pub case_insensitive: bool,
 }
 
 impl Default for RoutePolicy {
@@ -85,13 +107,9 @@ impl Default for RoutePolicy {
             lease_ttl: Duration::from_secs(10),
             max_lease: Duration::from_secs(60),
             mismatch_status: StatusCode::UNPROCESSABLE_ENTITY,
-            store_statuses: vec![
-                StatusPattern::Class(2),
-                StatusPattern::Class(3),
-                StatusPattern::Class(4),
-            ],
-            release_statuses: [408, 425, 429, 503].map(StatusPattern::Exact).to_vec(),
-            fail_statuses: vec![StatusPattern::Class(5)],
+            store_statuses: idemgate_core::status::DEFAULT_STORE_STATUSES.to_vec(),
+            release_statuses: idemgate_core::status::DEFAULT_RELEASE_STATUSES.to_vec(),
+            fail_statuses: idemgate_core::status::DEFAULT_FAIL_STATUSES.to_vec(),
             ignore_json_pointers: Vec::new(),
             fingerprint_headers: Vec::new(),
             principal: PrincipalSource::default(),
@@ -105,25 +123,31 @@ impl Default for RoutePolicy {
             replay_deny_headers: vec![http::header::SET_COOKIE, http::header::DATE],
             limits: Default::default(),
             record_ttl_header: false,
+            trailing_slash: TrailingSlash::Refuse,
+            encoded_slash: EncodedSlash::Refuse,
+            case_insensitive: false,
         }
     }
 }
 
 impl RoutePolicy {
-    /// What an upstream `status` does to the record: release, then fail, then store lists;
-    /// a status in none of them fails the record. `1xx` release the key (never stored); a
-    /// `304` follows the lists like any `3xx`, and when stored it is kept as not replayable
+    /// What an upstream answer with `status` and `headers` does to the record, by the
+    /// core's rules ([`StatusRules::action`]): a `401` with `WWW-Authenticate` is released
+    /// unless a list names `401` exactly; then the release, fail and store lists; a status
+    /// in none of them fails the record. `1xx` release the key (never stored); a `304`
+    /// follows the lists like any `3xx`, and when stored it is kept as not replayable
     /// (retries get `410`), never released: the operation may have run.
-    pub fn action_for(&self, status: StatusCode) -> StatusAction {
-        let s = status.as_u16();
-        if self.release_statuses.iter().any(|p| p.matches(s)) || s < 200 {
-            StatusAction::Release
-        } else if self.fail_statuses.iter().any(|p| p.matches(s)) {
-            StatusAction::Fail
-        } else if self.store_statuses.iter().any(|p| p.matches(s)) {
-            StatusAction::Store
-        } else {
-            StatusAction::Fail
+    pub fn action_for(&self, status: StatusCode, headers: &HeaderMap) -> StatusAction {
+        let challenge = status == StatusCode::UNAUTHORIZED && status::has_challenge(headers);
+        self.status_rules().action(status.as_u16(), challenge)
+    }
+
+    /// This route's status lists as the core's [`StatusRules`].
+    pub fn status_rules(&self) -> StatusRules<'_> {
+        StatusRules {
+            release: &self.release_statuses,
+            fail: &self.fail_statuses,
+            store: &self.store_statuses,
         }
     }
 
@@ -164,8 +188,10 @@ pub enum PolicyError {
 
 /// Which requests are covered, and the [`RoutePolicy`] of each.
 ///
-/// Routes are templates such as `POST /accounts/{id}/refunds` (matchit syntax). A covered
-/// request that matches no template uses the default policy, scoped by its concrete path.
+/// Routes are templates such as `POST /accounts/{id}/refunds` (matchit syntax), matched
+/// against the path in normal form ([`Policy::resolve`] says how). A covered request that
+/// matches no template uses the default policy, scoped by its concrete path, or is refused
+/// ([`Policy::unmatched`]).
 #[derive(Clone, Debug)]
 pub struct Policy {
     /// The key header. Defaults to `idempotency-key` (some APIs use `x-idempotency-key`).
@@ -184,8 +210,16 @@ pub struct Policy {
     default_route: Arc<RoutePolicy>,
     /// The source [`Policy::with_principal`] set, for routes added after it.
     principal: Option<PrincipalSource>,
+    /// What a covered request whose path matches no route gets: the default policy
+    /// ([`Unmatched::Default`], the default) or `404 no-such-route` ([`Unmatched::Refuse`]).
+    pub unmatched: Unmatched,
+    /// The path a covered request is forwarded (and fingerprinted) with: as sent
+    /// ([`ForwardPath::AsSent`], the default) or in normal form ([`ForwardPath::Normalised`]).
+    pub forward_path: ForwardPath,
     routes: Vec<(String, Arc<RoutePolicy>)>,
     matchers: HashMap<Method, matchit::Router<usize>>,
+    /// The case-insensitive routes, by their templates in lower case.
+    folded: HashMap<Method, matchit::Router<usize>>,
 }
 
 /// The most parameters (`{name}`, `{*rest}`) a route template may have.
@@ -211,6 +245,9 @@ impl Default for Policy {
             lifecycle: LifecycleConfig::default(),
             routes: Vec::new(),
             matchers: HashMap::new(),
+            folded: HashMap::new(),
+            unmatched: Unmatched::Default,
+            forward_path: ForwardPath::AsSent,
         }
     }
 }
@@ -224,6 +261,9 @@ pub struct Resolved<'a> {
     pub label: std::borrow::Cow<'a, str>,
     /// The policy to apply.
     pub policy: &'a Arc<RoutePolicy>,
+    /// The path to forward instead of the one sent: its normal form, when
+    /// [`Policy::forward_path`] is [`ForwardPath::Normalised`] and the two differ.
+    pub forward: Option<String>,
 }
 
 impl Policy {
@@ -233,6 +273,11 @@ impl Policy {
     /// [`PolicyError::BadRoute`] for a malformed or duplicate template, one the router would
     /// not match as meant (`:id` or `*rest` instead of `{id}` or `{*rest}`, unbalanced braces),
     /// with the right spelling, or one with more than [`MAX_ROUTE_PARAMS`] parameters.
+    ///
+    /// A template whose literal text is not in normal form ([`crate::path`]: `/%63harges`,
+    /// `//x`, `/a;b`) is refused too, with its normal spelling where it has one: requests
+    /// are matched in normal form, so it would never match. With `case_insensitive`, two
+    /// templates that differ only in letter case conflict.
     ///
     /// After [`Policy::with_principal`], a route whose `principal` is left at its default
     /// gets that source too.
@@ -256,11 +301,8 @@ impl Policy {
             return Err(bad(format!("more than {MAX_ROUTE_PARAMS} parameters")));
         }
         let index = self.routes.len();
-        self.matchers
-            .entry(method.clone())
-            .or_default()
-            .insert(path, index)
-            .map_err(|e| bad(crate::template::insert_error(e, &method, path)))?;
+        self.insert_matcher(&method, path, index, policy.case_insensitive)
+            .map_err(bad)?;
         if !self.methods.contains(&method) {
             self.methods.push(method.clone());
         }
@@ -288,66 +330,6 @@ impl Policy {
     /// The routes configured, in order.
     pub fn routes(&self) -> impl Iterator<Item = (&str, &RoutePolicy)> {
         self.routes.iter().map(|(r, p)| (r.as_str(), &**p))
-    }
-
-    /// The route and policy for a request, or `None` when its method is not covered.
-    pub fn resolve<'a>(&'a self, method: &Method, path: &str) -> Option<Resolved<'a>> {
-        if !self.methods.contains(method) {
-            return None;
-        }
-        if let Some(m) = self.matchers.get(method).and_then(|r| r.at(path).ok()) {
-            let (route, policy) = &self.routes[*m.value];
-            return Some(Resolved {
-                route: route.as_str().into(),
-                label: route.as_str().into(),
-                policy,
-            });
-        }
-        Some(Resolved {
-            route: format!("{method} {path}").into(),
-            label: UNMATCHED.into(),
-            policy: &self.default_route,
-        })
-    }
-
-    /// The route and policy for a request with `parts`, or `None` when its method is not
-    /// covered. Under axum's `Router::route_layer` (feature `axum`), a request carries the
-    /// template of the route it matched (`MatchedPath`): a configured route with that very
-    /// template applies, then one matching the path, and otherwise the default policy,
-    /// scoped and labelled by that template, so routes are declared once, in axum.
-    pub fn resolve_parts<'a>(&'a self, parts: &http::request::Parts) -> Option<Resolved<'a>> {
-        #[cfg(feature = "axum")]
-        if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
-            return self.resolve_template(&parts.method, parts.uri.path(), matched.as_str());
-        }
-        self.resolve(&parts.method, parts.uri.path())
-    }
-
-    /// [`Policy::resolve_parts`] for a request that matched `template`.
-    #[cfg(feature = "axum")]
-    fn resolve_template<'a>(
-        &'a self,
-        method: &Method,
-        path: &str,
-        template: &str,
-    ) -> Option<Resolved<'a>> {
-        let route = format!("{method} {template}");
-        if let Some((r, policy)) = self.routes.iter().find(|(r, _)| *r == route) {
-            let (route, label) = (r.as_str().into(), r.as_str().into());
-            return Some(Resolved {
-                route,
-                label,
-                policy,
-            });
-        }
-        match self.resolve(method, path)? {
-            matched if matched.label != UNMATCHED => Some(matched),
-            _ => Some(Resolved {
-                label: route.clone().into(),
-                route: route.into(),
-                policy: &self.default_route,
-            }),
-        }
     }
 
     /// Sets the principal source ([`crate::principal`]) of the default policy, of every

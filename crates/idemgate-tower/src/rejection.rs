@@ -14,6 +14,7 @@ use idemgate_core::KeyError;
 
 use crate::body::BoxBody;
 use crate::jwt::TokenError;
+use crate::path::PathAmbiguity;
 #[cfg(feature = "axum")]
 use crate::policy::DEFAULT_PROBLEM_BASE;
 
@@ -63,10 +64,13 @@ pub enum IdempotencyRejection {
     },
     /// `500`: the first attempt with this key failed; use a new key.
     PreviousAttemptFailed,
-    /// `410`: the operation ran but its response was not kept (it streamed or was too large).
+    /// `410`: the operation ran but its response was not kept (it streamed or was too large),
+    /// or an operator recorded its outcome as not replayable (`idemgate resolve`).
     ResponseNotKept {
         /// The status the first client got.
         original_status: u16,
+        /// The operator's text, for a key resolved as not replayable; `None` otherwise.
+        detail: Option<String>,
     },
     /// `500`: the first attempt was forwarded and its result was never recorded (its lease
     /// lapsed): it may have run. Never `502`/`503`/`504`, which retry policies read as
@@ -106,6 +110,19 @@ pub enum IdempotencyRejection {
         /// the in-flight limit.
         retry_after_secs: u64,
     },
+    /// `400`: the request path is spelled in a way servers read differently (see
+    /// [`crate::path`]); nothing was stored or forwarded, with or without a key.
+    AmbiguousPath(PathAmbiguity),
+    /// `404`: the path matches no route and the policy refuses such requests
+    /// ([`Unmatched::Refuse`](crate::path::Unmatched::Refuse)); nothing was forwarded.
+    NoSuchRoute,
+    /// `400`: a header that changes what the upstream runs is repeated (`Content-Type`,
+    /// `Content-Encoding`, one of the route's `fingerprint_headers`), or `Content-Length`
+    /// has differing values; nothing was stored or forwarded.
+    AmbiguousRequest {
+        /// The header's name, in lower case.
+        header: String,
+    },
 }
 
 /// Which per-principal limit a request is over.
@@ -126,7 +143,10 @@ impl IdempotencyRejection {
                 StatusCode::BAD_REQUEST
             }
             Self::MissingPrincipal | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
-            Self::AmbiguousPrincipal { .. } => StatusCode::BAD_REQUEST,
+            Self::AmbiguousPrincipal { .. }
+            | Self::AmbiguousPath(_)
+            | Self::AmbiguousRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::NoSuchRoute => StatusCode::NOT_FOUND,
             Self::BodyTooLarge { .. } | Self::DecodedBodyTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -172,6 +192,9 @@ impl IdempotencyRejection {
             Self::OperationPanicked => "operation-panicked",
             Self::Internal => "internal",
             Self::PrincipalLimited { .. } => "principal-limited",
+            Self::AmbiguousPath(_) => "ambiguous-path",
+            Self::NoSuchRoute => "no-such-route",
+            Self::AmbiguousRequest { .. } => "ambiguous-request",
         }
     }
 
@@ -202,6 +225,9 @@ impl IdempotencyRejection {
             Self::OperationPanicked => "Operation failed",
             Self::Internal => "Internal error",
             Self::PrincipalLimited { .. } => "Too many requests from this caller",
+            Self::AmbiguousPath(_) => "Ambiguous request path",
+            Self::NoSuchRoute => "No such route",
+            Self::AmbiguousRequest { .. } => "Ambiguous request",
         }
     }
 
@@ -223,7 +249,8 @@ impl IdempotencyRejection {
             Self::RequestInFlight { .. } => "A request with this idempotency key is still being processed. Retry after the time in Retry-After.".into(),
             Self::FingerprintMismatch { .. } => "This idempotency key was already used with a different request (method, path, query or body). Use a new key for a new request.".into(),
             Self::PreviousAttemptFailed => "The first request with this idempotency key failed after it may have reached the server. It is not run again; use a new key.".into(),
-            Self::ResponseNotKept { original_status } => format!("The operation with this idempotency key ran (status {original_status}), but its response streamed or was too large to keep. Do not retry with a new key: fetch the result instead."),
+            Self::ResponseNotKept { original_status, detail: None } => format!("The operation with this idempotency key ran (status {original_status}), but its response streamed or was too large to keep. Do not retry with a new key: fetch the result instead."),
+            Self::ResponseNotKept { original_status, detail: Some(note) } => format!("The operation with this idempotency key ran (status {original_status}); its response is not available. An operator recorded: \"{note}\". Do not retry with a new key."),
             Self::OutcomeUnknown => "The first attempt with this idempotency key was forwarded and its result was never recorded, so it may have run. Check the resource before retrying with a new key.".into(),
             Self::RecordCorrupt => "The stored result for this idempotency key is damaged and is not replayed. The operation ran before; check the resource instead of retrying with a new key.".into(),
             Self::StoreUnavailable => "The idempotency store is unreachable or too slow, so the request was not forwarded. Retry with the same key after the time in Retry-After.".into(),
@@ -236,6 +263,9 @@ impl IdempotencyRejection {
             Self::Internal => "An internal error occurred. Retry with the same key.".into(),
             Self::PrincipalLimited { kind: LimitKind::InFlight, .. } => "Too many of your requests are in progress on this operation; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
             Self::PrincipalLimited { kind: LimitKind::NewKeys, .. } => "You are sending new idempotency keys faster than this operation allows; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
+            Self::AmbiguousPath(why) => format!("The request path holds {why}, which servers read in different ways, so it is not clear which operation it names. Nothing was stored or forwarded. Send the path in its plain form (e.g. `/charges`, not `//charges`, `/./charges` or `/charges;x=1`)."),
+            Self::NoSuchRoute => "No route of this API matches the request's method and path, and requests outside its routes are refused. Nothing was forwarded. Check the path and its spelling.".into(),
+            Self::AmbiguousRequest { header } => format!("The `{header}` header appears more than once or with differing values, so the API could read this request differently from the way idemgate recorded it. Nothing was stored or forwarded. Send the header once."),
         }
     }
 

@@ -15,6 +15,17 @@ pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-
 /// Reserved: stripped from every incoming request, set only by idemgate.
 pub const IDEMPOTENT_TAKEOVER: HeaderName = HeaderName::from_static("idempotent-takeover");
 
+/// `Idempotent-Resolved`: the audit entry of a record an operator resolved (`idemgate
+/// resolve`), kept with the stored response. Reserved: never stored from an upstream's
+/// response, never replayed.
+pub const IDEMPOTENT_RESOLVED: HeaderName =
+    HeaderName::from_static(idemgate_core::admin::RESOLVED_HEADER);
+
+/// `Idempotent-Resolved-Detail`: the operator's text of a record resolved as not
+/// replayable, given to retries in the `410`. Reserved like [`IDEMPOTENT_RESOLVED`].
+pub const IDEMPOTENT_RESOLVED_DETAIL: HeaderName =
+    HeaderName::from_static(idemgate_core::admin::RESOLVED_DETAIL_HEADER);
+
 /// `Idempotency-Key-Lifetime: 86400`: the route's record TTL in whole seconds (how long
 /// retries with this key get the stored response, counted from the key's first request), on
 /// fresh and replayed keyed responses of routes with
@@ -36,7 +47,8 @@ pub(crate) fn add_key_lifetime<E>(
 ) {
     let keyed = matches!(outcome, "acquired" | "takeover" | "replayed");
     let Ok(response) = response else { return };
-    if keyed && route.action_for(response.status()) == crate::StatusAction::Store {
+    let action = route.action_for(response.status(), response.headers());
+    if keyed && action == crate::StatusAction::Store {
         let secs = route.record_ttl.as_secs().max(1);
         response
             .headers_mut()
@@ -82,13 +94,15 @@ fn never_replayed(name: &HeaderName) -> bool {
         || *name == header::CONTENT_LENGTH
         || *name == IDEMPOTENT_REPLAYED
         || *name == IDEMPOTENT_TAKEOVER
+        || *name == IDEMPOTENT_RESOLVED
+        || *name == IDEMPOTENT_RESOLVED_DETAIL
         || *name == header::SET_COOKIE
         || *name == header::DATE
 }
 
 /// The response headers kept for replay: all but hop-by-hop ones, `content-length`,
-/// `set-cookie` and `date` (never replayed, whatever the configuration says) and the `deny`
-/// list, in order.
+/// `set-cookie`, `date` and the reserved `Idempotent-*` headers (never replayed, whatever
+/// the configuration says) and the `deny` list, in order.
 pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String, Bytes)> {
     let connection = connection_tokens(headers);
     headers
@@ -168,6 +182,8 @@ mod tests {
             ("set-cookie", "session=other"),
             ("date", "Mon, 01 Jan 2001 00:00:00 GMT"),
             ("idempotent-takeover", "true"),
+            ("idempotent-resolved", "{\"by\":\"ops\"}"),
+            ("idempotent-resolved-detail", "see ticket"),
             ("location", "/payments/1"),
         ]);
         let resp = replay(&record).expect("valid");
@@ -180,9 +196,26 @@ mod tests {
         ] {
             assert!(h.get(name).is_none(), "{name} was replayed");
         }
-        assert!(h.get("idempotent-takeover").is_none());
+        for name in [
+            "idempotent-takeover",
+            "idempotent-resolved",
+            "idempotent-resolved-detail",
+        ] {
+            assert!(h.get(name).is_none(), "{name} was replayed");
+        }
         assert_ne!(h[header::DATE], "Mon, 01 Jan 2001 00:00:00 GMT");
         assert_eq!(h[header::LOCATION], "/payments/1");
         assert_eq!(h[IDEMPOTENT_REPLAYED], "true");
+    }
+
+    #[test]
+    fn an_upstream_cannot_store_the_operators_reserved_headers() {
+        let mut upstream = HeaderMap::new();
+        upstream.insert(IDEMPOTENT_RESOLVED, HeaderValue::from_static("{}"));
+        upstream.insert(IDEMPOTENT_RESOLVED_DETAIL, HeaderValue::from_static("x"));
+        upstream.insert(header::LOCATION, HeaderValue::from_static("/payments/1"));
+        let kept = headers_to_store(&upstream, &[]);
+        let names: Vec<&str> = kept.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["location"]);
     }
 }

@@ -22,8 +22,12 @@ use crate::replay::IDEMPOTENT_TAKEOVER;
 /// The idempotency middleware. For each request:
 ///
 /// 1. A method that is not covered passes through untouched (its future is not boxed).
-/// 2. The key header is parsed (`400` if malformed); without one, the request passes through,
-///    or gets `400` if the route requires a key.
+/// 2. The path is matched in normal form ([`Policy::resolve`]): a spelling servers read
+///    differently gets `400 ambiguous-path`, an unmatched path `404` under
+///    [`Unmatched::Refuse`](crate::path::Unmatched::Refuse), with or without a key. The key
+///    header is parsed (`400` if malformed); without one, the request passes through, or
+///    gets `400` if the route requires a key. A keyed request that repeats `Content-Type`,
+///    `Content-Encoding` or a `fingerprint_headers` header gets `400 ambiguous-request`.
 /// 3. The principal is read ([`crate::principal`]: `401` without one or with an invalid
 ///    token, `400` if ambiguous), its per-principal limits of the route are checked (`429`,
 ///    see [`crate::limits`]), the body is buffered up to `max_body_bytes` (`413` above), and

@@ -84,7 +84,7 @@ impl LeaseHandle {
             .ok_or(CompleteError::NotPostgres)?;
         let route = self.route();
         let (parts, body) = response.into_response().into_parts();
-        if route.action_for(parts.status) != StatusAction::Store {
+        if route.action_for(parts.status, &parts.headers) != StatusAction::Store {
             return Err(CompleteError::NotStored(parts.status.as_u16()));
         }
         // The body of a handler's response is in memory already.

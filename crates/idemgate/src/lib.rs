@@ -77,9 +77,9 @@ pub use idemgate_core::{
 
 #[cfg(feature = "tower")]
 pub use idemgate_tower::{
-    body, jwt, limits, principal, Idempotency, IdempotencyLayer, IdempotencyRejection, JwtVerifier,
-    LeaseHandle, NotSent, Policy, Principal, PrincipalSource, ResponseFuture, RoutePolicy,
-    StatusPattern, IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER,
+    body, jwt, limits, path, principal, Idempotency, IdempotencyLayer, IdempotencyRejection,
+    JwtVerifier, LeaseHandle, NotSent, Policy, Principal, PrincipalSource, ResponseFuture,
+    RoutePolicy, StatusPattern, IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER,
 };
 
 #[cfg(feature = "sqlite")]

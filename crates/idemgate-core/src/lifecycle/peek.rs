@@ -60,7 +60,11 @@ pub(super) fn settled(
             None => Answer::Corrupt, // validation guarantees a response; be safe
         },
         Decision::NotReplayable => Answer::NotReplayable {
-            status: record.response.map_or(0, |r| r.status),
+            status: record.response.as_ref().map_or(0, |r| r.status),
+            detail: record
+                .response
+                .as_ref()
+                .and_then(|r| crate::admin::resolved_detail(&r.headers)),
         },
         Decision::InFlight { retry_after_ms } => Answer::InFlight { retry_after_ms },
         Decision::Mismatch => Answer::Mismatch,
@@ -110,7 +114,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         F: Future<Output = Option<Fingerprint>>,
     {
         // Overloaded: the acquire answers it, as it would without a peek.
-        if self.pending.full(&self.config) {
+        if self.overloaded() {
             return Peek::Acquire(Acquire(Ahead::NotRead));
         }
         let started = Instant::now();

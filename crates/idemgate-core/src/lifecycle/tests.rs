@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::*;
 
 mod faulty;
+mod reclaims;
 mod versions;
 use crate::engine::LeaseExpiredPolicy;
 use crate::record::RecordState;

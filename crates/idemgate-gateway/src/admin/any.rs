@@ -21,11 +21,11 @@ macro_rules! persistent {
 
 /// Why `memory://` cannot be inspected from outside.
 pub(crate) const MEMORY: &str = "memory:// keeps its records inside one running gateway: \
-     inspect, release and stats need the gateway's persistent store (sqlite://, postgres://, redis://)";
+     inspect, release, resolve and stats need the gateway's persistent store (sqlite://, postgres://, redis://)";
 
 /// Why `idemgate://` cannot be inspected from a gateway.
 pub(crate) const KEY_SERVICE: &str = "idemgate:// records live in the key service: read them with \
-     GET /v1/records there, or run inspect, release and stats against the key service's own store";
+     GET /v1/records there, or run inspect, release, resolve and stats against the key service's own store";
 
 impl AdminStore for AnyStore {
     async fn list_key(&self, filter: &KeyFilter) -> Result<Listing, StoreError> {

@@ -1,27 +1,36 @@
-//! `idemgate inspect`, `idemgate release` and `idemgate stats`: an operator's view of the
-//! records of one idempotency key, the override that removes them, and what a store holds.
-//! The store is chosen as for `idemgate purge` (`--store URL` or `--config FILE`); the work
-//! is the store's [`AdminStore`] operations.
+//! `idemgate inspect`, `idemgate release`, `idemgate resolve` and `idemgate stats`: an
+//! operator's view of the records of one idempotency key, the overrides that remove them or
+//! record their known outcome, and what a store holds. The store is chosen as for `idemgate
+//! purge` (`--store URL` or `--config FILE`); the work is the store's [`AdminStore`]
+//! operations and its primitives.
 //!
 //! `release` deletes exactly the records it showed (each compared on its state, fence,
 //! lease and times in the store, atomically), so a holder that renewed, completed or took
-//! over a record meanwhile keeps it, and the command says so.
+//! over a record meanwhile keeps it, and the command says so. A record whose operation may
+//! have run (`in_progress`, `failed`, `completed`) is only released with `--force`.
+//! `resolve` ([`resolve()`]) records the outcome instead. Both write an audit entry
+//! ([`AUDIT_TARGET`]).
 
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use idemgate_core::admin::{AdminStore, KeyFilter, Listing};
-use idemgate_core::{IdempotencyKey, IdempotencyStore, RecordState};
+use idemgate_core::admin::{AdminStore, KeyFilter, Listing, Operator};
+use idemgate_core::{now_millis, IdempotencyKey, IdempotencyStore, RawRecord, RecordState};
 use idemgate_tower::PrincipalSource;
 
+use self::audit::Entry;
 use crate::cli::StoreArgs;
 use crate::store::{AnyStore, StoreUrl};
 
 mod any;
+mod audit;
 mod output;
+mod resolve;
 
+pub use audit::{ResolvedView, TARGET as AUDIT_TARGET};
 pub use output::{print_records, print_stats, RecordView, StatsView};
+pub use resolve::{resolve, ResolveArgs};
 
 /// Which records: one idempotency key, optionally narrowed to a route and a caller.
 #[derive(Debug, Args)]
@@ -67,9 +76,13 @@ pub struct ReleaseArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     pub yes: bool,
-    /// Also release completed records (their retries would run the operation again).
+    /// Also release records whose operation may have run (`in_progress`, `failed`,
+    /// `completed`): the next retry runs it again. If it ran, use `resolve` instead.
     #[arg(long)]
     pub force: bool,
+    /// Who is releasing, for the audit entry (default: `$SUDO_USER`, `$USER`, the uid).
+    #[arg(long)]
+    pub operator: Option<String>,
 }
 
 /// Flags of `stats`.
@@ -155,7 +168,7 @@ async fn open(args: &StoreArgs) -> anyhow::Result<AnyStore> {
     AnyStore::open(&url, &opts).await
 }
 
-async fn find(select: &Selector) -> anyhow::Result<(AnyStore, Listing)> {
+pub(super) async fn find(select: &Selector) -> anyhow::Result<(AnyStore, Listing)> {
     let filter = select.filter()?;
     let store = open(&select.store).await?;
     let listing = store
@@ -180,13 +193,17 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `idemgate release`: shows the matching records, asks, and deletes exactly those.
+/// `idemgate release`: shows the matching records, asks, and deletes exactly those, with an
+/// audit entry for each.
 ///
 /// # Errors
-/// No record matches; a completed record without `--force`; no confirmation; a record that
-/// changed since it was shown (the others are released); a store error.
+/// No record matches; a record whose operation may have run without `--force`; no
+/// confirmation; a record that changed since it was shown (the others are released); a
+/// store error.
 pub async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     let select = &args.select;
+    let by = audit::operator(args.operator.as_deref());
+    audit::use_log_secret(&select.store)?;
     let (store, listing) = find(select).await?;
     let mut views = RecordView::all(&listing, select.show_body);
     let mut out = std::io::stdout().lock();
@@ -196,20 +213,14 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     if !select.json {
         output::print_records(&mut out, &views, listing.now, false)?;
     }
-    let completed = listing
-        .records
-        .iter()
-        .filter(|r| r.state.as_deref() == Some(RecordState::Completed.as_str()))
-        .count();
-    if completed > 0 && !args.force {
-        bail!(
-            "{completed} of these records is completed: retries get its stored response. \
-             Releasing it lets the next retry run the operation again; pass --force to do so. \
-             Nothing was released"
-        );
+    if !args.force {
+        refuse_unforced(&views)?;
     }
     if !args.yes {
-        confirm(views.len())?;
+        let n = views.len();
+        let prompt =
+            format!("Release {n} record(s)? Retries will then run the operation. Type yes: ");
+        confirm(&prompt, "release")?;
     }
     let mut changed = 0;
     for (raw, view) in listing.records.iter().zip(&mut views) {
@@ -219,6 +230,9 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
             .context("cannot release the record")?;
         view.outcome = Some(if deleted { "released" } else { "changed" });
         changed += usize::from(!deleted);
+        if deleted {
+            audit::record(&released(&by, raw, view))?;
+        }
         if !select.json {
             writeln!(out, "{}", view.outcome_line())?;
         }
@@ -232,17 +246,60 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Asks on the terminal; refuses without one.
-fn confirm(n: usize) -> anyhow::Result<()> {
-    if !std::io::stdin().is_terminal() {
-        bail!("refusing to release without confirmation: stdin is not a terminal (pass --yes)");
+/// Refuses, without `--force`, records whose operation may have run: retries of a
+/// completed one get its answer, of an `in_progress` or `failed` one an error; released,
+/// the next retry runs the operation again. Expired records (retries already run) and
+/// records with no readable state pass.
+fn refuse_unforced(views: &[RecordView]) -> anyhow::Result<()> {
+    let count = |states: &[RecordState]| {
+        let live = views.iter().filter(|v| v.condition != "expired");
+        let parsed = live.filter_map(|v| v.state.as_deref().and_then(RecordState::parse));
+        parsed.filter(|s| states.contains(s)).count()
+    };
+    let done = count(&[RecordState::Completed]);
+    let unsure = count(&[RecordState::InProgress, RecordState::Failed]);
+    if unsure > 0 {
+        bail!(
+            "{unsure} of these records is in_progress or failed: the operation may have run; \
+             the next retry runs it again. If it ran, record its outcome with `idemgate \
+             resolve`; if it did not, pass --force. Nothing was released"
+        );
     }
-    eprint!("Release {n} record(s)? Retries will then run the operation. Type yes: ");
+    if done > 0 {
+        bail!(
+            "{done} of these records is completed: retries get its stored response. \
+             Releasing it lets the next retry run the operation again; pass --force to do so. \
+             Nothing was released"
+        );
+    }
+    Ok(())
+}
+
+/// The audit entry of a released record.
+fn released<'a>(by: &'a Operator, raw: &'a RawRecord, view: &RecordView) -> Entry<'a> {
+    let state = view.state.as_deref().unwrap_or("unknown");
+    let fence = view.fence.map_or("-".into(), |f| f.to_string());
+    Entry {
+        action: "released",
+        by,
+        at: now_millis(),
+        scope: &raw.key,
+        from: format!("{state} ({}), fence {fence}", view.condition),
+        to: "deleted: the next retry runs the operation".into(),
+    }
+}
+
+/// Asks on the terminal (`prompt`); refuses without one. `what` names the action.
+pub(super) fn confirm(prompt: &str, what: &str) -> anyhow::Result<()> {
+    if !std::io::stdin().is_terminal() {
+        bail!("refusing to {what} without confirmation: stdin is not a terminal (pass --yes)");
+    }
+    eprint!("{prompt}");
     std::io::stderr().flush()?;
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     if line.trim() != "yes" {
-        bail!("not confirmed; nothing was released");
+        bail!("not confirmed; nothing was done");
     }
     Ok(())
 }

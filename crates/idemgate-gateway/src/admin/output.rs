@@ -8,6 +8,8 @@ use idemgate_core::admin::{AdminStats, Listing};
 use idemgate_core::{RawRecord, RecordState, UnixMillis};
 use serde::Serialize;
 
+use super::audit::ResolvedView;
+
 /// One record as shown. `None` fields were missing or unreadable in the store.
 #[derive(Debug, Serialize)]
 pub struct RecordView {
@@ -47,7 +49,11 @@ pub struct RecordView {
     /// The stored body (only with `--show-body`; invalid UTF-8 replaced).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
-    /// `release` only: `released`, or `changed` (kept: it changed since it was shown).
+    /// Who resolved the record with `idemgate resolve`, when, from which state, and what
+    /// retries get; `None` for a record the operation's own outcome completed.
+    pub resolved: Option<ResolvedView>,
+    /// `release` only: `released`, or `changed` (kept: it changed since it was shown);
+    /// `resolve`: `resolved`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<&'static str>,
 }
@@ -103,6 +109,7 @@ impl RecordView {
                 .as_ref()
                 .filter(|_| show_body)
                 .map(|b| String::from_utf8_lossy(b).into_owned()),
+            resolved: ResolvedView::of(raw),
             outcome: None,
         }
     }
@@ -217,6 +224,9 @@ pub fn print_records(
         writeln!(out, "{}", line(r.iter().map(String::as_str).collect()))?;
         if let Some(p) = &v.problem {
             writeln!(out, "  corrupt: {p}")?;
+        }
+        if let Some(r) = &v.resolved {
+            writeln!(out, "  {}", r.line())?;
         }
         if let Some(b) = &v.body {
             writeln!(out, "  body: {b}")?;

@@ -42,6 +42,19 @@ pub(super) fn duration(field: &str, value: &str, errs: &mut Vec<String>) -> Opti
         .ok()
 }
 
+/// Parses a setting spelled as its type's configuration names (`"refuse"`, `"as-sent"`,
+/// ...); unset (`None`) or wrong gives the default, a wrong one with a message naming
+/// `field` and the accepted spellings.
+pub(super) fn setting<T>(field: &str, value: Option<&str>, errs: &mut Vec<String>) -> T
+where
+    T: std::str::FromStr<Err = String> + Default,
+{
+    value
+        .map(|v| v.parse().map_err(|e| errs.push(format!("{field}: {e}"))))
+        .and_then(Result::ok)
+        .unwrap_or_default()
+}
+
 /// Parses a method name. Methods are case-sensitive (RFC 9110 §9.1), so `post` is not
 /// `POST`: a lower-case spelling of a standard method is refused, since it would silently
 /// cover nothing (the rule `Policy::with_route` applies to route templates).

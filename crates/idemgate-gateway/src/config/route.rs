@@ -10,7 +10,7 @@ use idemgate_tower::limits::{KeyRate, PrincipalLimits};
 use idemgate_tower::{JwtVerifier, PrincipalSource, RoutePolicy, StatusPattern};
 use serde::Deserialize;
 
-use super::duration;
+use super::{duration, setting};
 
 /// One route's policy. In `[defaults]` every field applies to all routes; in `[[routes]]`
 /// `route` is required and the other fields override the defaults.
@@ -73,6 +73,16 @@ pub struct RouteConfig {
     /// Send `Idempotency-Key-Lifetime: <record_ttl in seconds>` on fresh and replayed keyed
     /// responses, so clients can read how long a key's record lives. Default false.
     pub record_ttl_header: Option<bool>,
+    /// A path that differs from the route's template only by a trailing `/`: `"refuse"`
+    /// (default: `400 ambiguous-path`) or `"same"` (this route). In `[defaults]`, for paths
+    /// that match no route: refused, or scoped without the `/`.
+    pub trailing_slash: Option<String>,
+    /// An encoded `/` (`%2F`) in the path: `"refuse"` (default: `400 ambiguous-path`) or
+    /// `"keep"` (a literal escape inside its segment, e.g. `group%2Fproject`).
+    pub encoded_slash: Option<String>,
+    /// Match the template ignoring letter case (for Express or ASP.NET upstreams); in
+    /// `[defaults]`, the unmatched path is scoped in lower case. Default false.
+    pub case_insensitive: Option<bool>,
 }
 
 impl RouteConfig {
@@ -104,6 +114,9 @@ impl RouteConfig {
             new_keys_per_second_per_principal: Some(0.0),
             new_keys_burst_per_principal: Some(0),
             record_ttl_header: Some(false),
+            trailing_slash: Some("refuse".into()),
+            encoded_slash: Some("refuse".into()),
+            case_insensitive: Some(false),
         }
     }
 
@@ -134,7 +147,10 @@ impl RouteConfig {
             max_in_flight_per_principal,
             new_keys_per_second_per_principal,
             new_keys_burst_per_principal,
-            record_ttl_header
+            record_ttl_header,
+            trailing_slash,
+            encoded_slash,
+            case_insensitive
         )
     }
 }
@@ -250,6 +266,17 @@ pub(super) fn route_policy(
         replay_deny_headers: headers("replay_deny_headers", &c.replay_deny_headers, errs),
         limits: principal_limits(field, c, errs),
         record_ttl_header: c.record_ttl_header.unwrap_or(d.record_ttl_header),
+        trailing_slash: setting(
+            &format!("{field}.trailing_slash"),
+            c.trailing_slash.as_deref(),
+            errs,
+        ),
+        encoded_slash: setting(
+            &format!("{field}.encoded_slash"),
+            c.encoded_slash.as_deref(),
+            errs,
+        ),
+        case_insensitive: c.case_insensitive.unwrap_or(d.case_insensitive),
     };
     (errs.len() == before).then_some(policy)
 }

@@ -1,7 +1,7 @@
 //! `idemgate inspect`, `release` and `stats` (the real binary) on every persistent store,
 //! after a gateway was killed (SIGKILL) mid-request: the stuck key is shown, a retry gets
-//! `outcome-unknown` until an operator releases it, then runs once; a completed record is
-//! only released with `--force`.
+//! `outcome-unknown` until an operator releases it (with `--force`: its operation may have
+//! run), then runs once; a completed record is only released with `--force` too.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -13,7 +13,7 @@ use crate::faults::harness::{Backend, Store};
 use crate::support::*;
 
 /// Runs `idemgate <args> --config <config>` with no terminal on stdin.
-async fn idemgate(config: &Path, args: &[&str]) -> Output {
+pub(crate) async fn idemgate(config: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_idemgate"));
     cmd.args(args).arg("--config").arg(config);
     cmd.stdin(Stdio::null());
@@ -23,7 +23,7 @@ async fn idemgate(config: &Path, args: &[&str]) -> Output {
 }
 
 /// Runs a command expected to succeed with `--json`, and parses its output.
-async fn json(config: &Path, args: &[&str]) -> Value {
+pub(crate) async fn json(config: &Path, args: &[&str]) -> Value {
     let mut args = args.to_vec();
     args.push("--json");
     let out = idemgate(config, &args).await;
@@ -68,10 +68,22 @@ async fn a_stuck_key_is_inspected_and_released(backend: Backend) {
     assert_eq!(up.count(), 1);
 
     // no terminal and no --yes: refused, nothing removed
-    let refused = idemgate(&config, &["release", "--key", &k]).await;
+    let refused = idemgate(&config, &["release", "--key", &k, "--force"]).await;
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("--yes"), "{stderr}");
+    // in_progress: the operation may have run, so not without --force
+    let refused = idemgate(&config, &["release", "--key", &k, "--yes"]).await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("the operation may have run; the next retry runs it again"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--force") && stderr.contains("resolve"),
+        "{stderr}"
+    );
     assert_eq!(
         json(&config, &["inspect", "--key", &k]).await["records"]
             .as_array()
@@ -80,7 +92,7 @@ async fn a_stuck_key_is_inspected_and_released(backend: Backend) {
         1
     );
 
-    let released = json(&config, &["release", "--key", &k, "--yes"]).await;
+    let released = json(&config, &["release", "--key", &k, "--yes", "--force"]).await;
     assert_eq!(released["records"][0]["outcome"], "released", "{released}");
     let retry = post(&gw.base, PATH, Some(&k), "{}").send().await.unwrap();
     assert_eq!(retry.status(), 201, "the retry proceeds after the release");

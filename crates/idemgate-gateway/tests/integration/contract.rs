@@ -253,6 +253,37 @@ async fn nothing_done_statuses_release_the_key() {
     assert_eq!(up.count(), 8, "each retry of a released key runs again");
 }
 
+/// An upstream `401` with `WWW-Authenticate` (an authentication challenge, answered before
+/// the operation ran) releases the key: the retry after a token refresh runs and its `201`
+/// is stored. A `401` without it is the API's own answer: stored and replayed. (The same
+/// `Authorization` on every attempt: a `jwt:` or `header:` principal keeps the scope across
+/// a refresh, and the status rule alone decides.)
+#[tokio::test]
+async fn a_401_releases_the_key_only_with_a_challenge() {
+    for (challenge, runs) in [(true, 2), (false, 1)] {
+        let up = upstream().await;
+        let gw = memory_gateway(&up).await;
+        let (k, extra) = (key(), if challenge { "&challenge=1" } else { "" });
+        let path = format!("/payments?first_status=401{extra}");
+        let send = || post(&gw.base, &path, Some(&k), "{}").send();
+        let first = send().await.unwrap();
+        assert_eq!(first.status(), 401);
+        assert_eq!(first.headers().contains_key("www-authenticate"), challenge);
+        for attempt in 2..=3 {
+            let retry = send().await.unwrap();
+            let replayed = retry.headers().get("idempotent-replayed").is_some();
+            let (status, body) = (retry.status(), retry.text().await.unwrap());
+            let want = match challenge {
+                true => (201, attempt == 3, r#""execution":2"#),
+                false => (401, true, r#""execution":1"#),
+            };
+            assert_eq!((status.as_u16(), replayed), (want.0, want.1), "{attempt}");
+            assert!(body.contains(want.2), "{attempt}: {body}");
+        }
+        assert_eq!(up.count(), runs, "challenge: {challenge}");
+    }
+}
+
 #[tokio::test]
 async fn client_errors_are_stored_and_replayed() {
     let up = upstream().await;

@@ -250,6 +250,22 @@ async fn admin_endpoints_answer_and_sigterm_shuts_down_cleanly() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
+    let acquired: serde_json::Value = resp.json().await.unwrap();
+    // The audit entry of `idemgate resolve` is reserved: a caller cannot forge one.
+    let complete = serde_json::json!({"scope": "POST /p", "principal": "u",
+        "key": "key-0000000001", "lease": acquired["lease"],
+        "response": {"status": 201, "body_base64": "",
+            "headers": [["Idempotent-Resolved", "{\"by\":\"mallory\"}"]]}});
+    let forged = client
+        .post(format!("{}/v1/complete", ks.base()))
+        .bearer_auth(TOKEN_A)
+        .json(&complete)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 400);
+    let problem = forged.text().await.unwrap();
+    assert!(problem.contains("reserved"), "{problem}");
     let get = |path: &str| client.get(format!("http://{admin}{path}")).send();
     assert_eq!(get("/healthz").await.unwrap().text().await.unwrap(), "ok\n");
     let ready = get("/readyz").await.unwrap();

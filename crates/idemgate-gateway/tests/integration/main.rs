@@ -25,10 +25,12 @@ mod contract_on_key_service_postgres {
     mod contract;
 }
 mod demo;
+mod differential;
 mod docs;
 mod failures;
 mod faults;
 mod fingerprint;
+mod first_events;
 mod key_lifetime;
 mod key_service;
 mod key_service_contract;
@@ -37,6 +39,7 @@ mod limits;
 mod observability;
 mod openapi;
 mod ops;
+mod paths;
 mod postgres;
 mod principal;
 mod purge;
@@ -45,6 +48,7 @@ mod readme;
 mod redis;
 mod reload;
 mod replay;
+mod resolve;
 mod retry_client;
 mod scope;
 mod sqlite_files;

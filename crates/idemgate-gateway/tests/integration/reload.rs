@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{assert_problem, key, post, upstream, Process};
+use crate::support::{assert_problem, key, post, upstream, Process, Upstream};
 
 fn hup(p: &Process) {
     let status = Command::new("kill")
@@ -31,16 +31,8 @@ async fn log_with(log: &Path, needle: &str, n: usize) -> String {
     );
 }
 
-#[tokio::test]
-async fn sighup_applies_a_good_file_and_keeps_the_old_one_on_errors() {
-    let up = upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (file, log) = (dir.path().join("gw.toml"), dir.path().join("gw.log"));
-    std::fs::write(
-        &file,
-        "store = \"memory://\"\n[defaults]\nkey_required = false\n",
-    )
-    .unwrap();
+/// Starts the binary with `file` (its log in `log`), once it listens.
+async fn start(up: &Upstream, file: &Path, log: &Path) -> Process {
     let listen = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -57,17 +49,31 @@ async fn sighup_applies_a_good_file_and_keeps_the_old_one_on_errors() {
             &up.base,
         ])
         .arg("--config")
-        .arg(&file)
+        .arg(file)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
     let gw = Process {
         child,
         base: format!("http://{listen}"),
     };
-    log_with(&log, "idemgate gateway listening", 1).await;
+    log_with(log, "idemgate gateway listening", 1).await;
+    gw
+}
+
+#[tokio::test]
+async fn sighup_applies_a_good_file_and_keeps_the_old_one_on_errors() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (file, log) = (dir.path().join("gw.toml"), dir.path().join("gw.log"));
+    std::fs::write(
+        &file,
+        "store = \"memory://\"\n[defaults]\nkey_required = false\n",
+    )
+    .unwrap();
+    let gw = start(&up, &file, &log).await;
     let resp = post(&gw.base, "/payments", None, "{}")
         .send()
         .await
@@ -122,4 +128,97 @@ async fn sighup_applies_a_good_file_and_keeps_the_old_one_on_errors() {
     assert_eq!(resp.status(), 201);
     assert_eq!(up.count(), 2, "the rejected requests were not forwarded");
     assert_eq!(text.matches("configuration reloaded").count(), 1);
+}
+
+/// A reload that would move keys in flight into another scope (a template now matching
+/// their path, another principal source) is refused and logged: a retry across it replays.
+#[tokio::test]
+async fn a_scope_changing_reload_is_refused_and_a_retry_across_it_replays() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (file, log) = (dir.path().join("gw.toml"), dir.path().join("gw.log"));
+    let base = "store = \"memory://\"\n";
+    std::fs::write(&file, base).unwrap();
+    let gw = start(&up, &file, &log).await;
+    let k = key();
+    let first = post(&gw.base, "/payments/1", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 201);
+    assert_eq!(up.count(), 1);
+
+    let changes = [
+        (
+            format!("{base}[[routes]]\nroute = \"POST /payments/{{id}}\"\n"),
+            "routes: `POST /payments/{id}` added",
+        ),
+        (
+            format!("{base}[defaults]\nprincipal = \"header:x-user-id\"\n"),
+            "defaults.principal (`authorization` to `header:x-user-id`)",
+        ),
+    ];
+    for (n, (text, named)) in changes.iter().enumerate() {
+        std::fs::write(&file, text).unwrap();
+        hup(&gw);
+        let logged = log_with(&log, "configuration reload refused", n + 1).await;
+        let refusal = logged.split("configuration reload refused").last().unwrap();
+        assert!(refusal.contains(named), "{logged}");
+        // Under the refused file this retry's scope would be new: it would run again.
+        let retry = post(&gw.base, "/payments/1", Some(&k), "{}")
+            .header("x-user-id", "alice")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(retry.status(), 201);
+        assert_eq!(retry.headers()["idempotent-replayed"], "true");
+        assert_eq!(
+            up.count(),
+            1,
+            "the retry across the reload did not run again"
+        );
+    }
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(!logged.contains("configuration reloaded"), "{logged}");
+}
+
+/// With `allow_scope_change_on_reload = true` the reload applies; the next one is compared
+/// with it (not with the file the gateway started with), and one changing only a TTL
+/// applies without the allowance.
+#[tokio::test]
+async fn an_allowed_scope_change_applies_and_later_reloads_compare_with_it() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (file, log) = (dir.path().join("gw.toml"), dir.path().join("gw.log"));
+    let base = "store = \"memory://\"\n";
+    std::fs::write(&file, base).unwrap();
+    let gw = start(&up, &file, &log).await;
+
+    let route = "[[routes]]\nroute = \"POST /payments/{id}\"\nkey_required = true\n";
+    let allowed = format!("{base}allow_scope_change_on_reload = true\n{route}");
+    std::fs::write(&file, allowed).unwrap();
+    hup(&gw);
+    let logged = log_with(&log, "configuration reloaded", 1).await;
+    assert!(
+        logged.contains("allow_scope_change_on_reload = true")
+            && logged.contains("routes: `POST /payments/{id}` added"),
+        "the change is logged: {logged}"
+    );
+    let resp = post(&gw.base, "/payments/2", None, "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(resp, 400, "missing-key").await;
+
+    let ttl = format!("{base}[defaults]\nrecord_ttl = \"1h\"\nrecord_ttl_header = true\n{route}");
+    std::fs::write(&file, ttl).unwrap();
+    hup(&gw);
+    let logged = log_with(&log, "configuration reloaded", 2).await;
+    assert!(!logged.contains("configuration reload refused"), "{logged}");
+    let resp = post(&gw.base, "/payments/3", Some(&key()), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.headers()["idempotency-key-lifetime"], "3600");
 }

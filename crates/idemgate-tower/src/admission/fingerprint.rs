@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
-use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
-use http::{HeaderMap, Method, Uri};
+use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, HeaderName, Method, Uri};
 use idemgate_core::fingerprint::{FingerprintError, FingerprintInput, FingerprintOptions};
 use idemgate_core::Fingerprint;
 use tokio::sync::Semaphore;
@@ -142,6 +142,32 @@ fn fingerprint_of(
         },
     };
     Fingerprint::compute_version(version, &input, &opts)
+}
+
+/// The first header of a keyed request that the upstream could read otherwise than the
+/// fingerprint does, in lower case: `Content-Type`, `Content-Encoding` or one of the route's
+/// `fingerprint_headers` sent more than once, or `Content-Length` values that differ
+/// (repeated equal values are allowed, RFC 9110 §8.6). The request is refused with `400
+/// ambiguous-request`.
+pub(crate) fn ambiguous_header(headers: &HeaderMap, rp: &RoutePolicy) -> Option<String> {
+    const BODY: [HeaderName; 2] = [CONTENT_TYPE, CONTENT_ENCODING];
+    let repeated = |name: &HeaderName| headers.get_all(name).iter().nth(1).is_some();
+    if let Some(name) = BODY
+        .iter()
+        .chain(&rp.fingerprint_headers)
+        .find(|n| repeated(n))
+    {
+        return Some(name.as_str().to_owned());
+    }
+    let mut lengths = headers
+        .get_all(CONTENT_LENGTH)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
+    let first = lengths.next()?;
+    lengths
+        .any(|n| n != first)
+        .then(|| CONTENT_LENGTH.as_str().to_owned())
 }
 
 /// One slot per CPU for heavy fingerprints, shared by every layer in the process.

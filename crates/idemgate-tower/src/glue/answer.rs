@@ -34,8 +34,9 @@ pub(crate) fn answer_for(
 /// The problem answer for a lifecycle answer other than a replay.
 fn rejection_for(answer: Answer, rp: &RoutePolicy) -> IdempotencyRejection {
     match answer {
-        Answer::NotReplayable { status } => IdempotencyRejection::ResponseNotKept {
+        Answer::NotReplayable { status, detail } => IdempotencyRejection::ResponseNotKept {
             original_status: status,
+            detail,
         },
         Answer::InFlight { retry_after_ms } => IdempotencyRejection::RequestInFlight {
             retry_after_secs: retry_after_ms.div_ceil(1000).max(1),

@@ -108,7 +108,10 @@ fn resolve(
         std::iter::once(path.to_owned()).chain(prefixes.iter().map(|p| format!("{p}{path}")));
     let mut default = None;
     for probe in probes {
-        let resolved = policy.resolve(method, &probe)?;
+        // A probe the gateway would refuse (`ambiguous-path`, `no-such-route`) has no route.
+        let Ok(resolved) = policy.resolve(method, &probe)? else {
+            continue;
+        };
         if resolved.label != "(unmatched)" {
             return Some((
                 Some(resolved.label.to_string()),
@@ -210,7 +213,8 @@ fn replayable(route: &RoutePolicy, status: &str) -> bool {
     };
     code.and_then(|c| StatusCode::from_u16(c).ok())
         .is_some_and(|s| {
-            route.action_for(s) == StatusAction::Store && s != StatusCode::NOT_MODIFIED
+            route.action_for(s, &http::HeaderMap::new()) == StatusAction::Store
+                && s != StatusCode::NOT_MODIFIED
         })
 }
 

@@ -11,10 +11,13 @@ fn routes_resolve_by_template() {
             },
         )
         .unwrap();
-    let r = p.resolve(&Method::POST, "/accounts/42/refunds").unwrap();
+    let r = p
+        .resolve(&Method::POST, "/accounts/42/refunds")
+        .unwrap()
+        .unwrap();
     assert_eq!(r.route, "POST /accounts/{id}/refunds");
     assert!(r.policy.key_required);
-    let r = p.resolve(&Method::POST, "/payments").unwrap();
+    let r = p.resolve(&Method::POST, "/payments").unwrap().unwrap();
     assert_eq!(r.route, "POST /payments");
     assert!(!r.policy.key_required);
     assert!(p.resolve(&Method::GET, "/payments").is_none());
@@ -50,8 +53,25 @@ fn status_actions() {
         (503, StatusAction::Release),
         (504, StatusAction::Fail),
     ] {
-        assert_eq!(p.action_for(StatusCode::from_u16(s).unwrap()), want, "{s}");
+        let none = http::HeaderMap::new();
+        assert_eq!(
+            p.action_for(StatusCode::from_u16(s).unwrap(), &none),
+            want,
+            "{s}"
+        );
     }
+    // A 401 with an authentication challenge is released; with an empty one it is not.
+    let mut challenge = http::HeaderMap::new();
+    challenge.insert(http::header::WWW_AUTHENTICATE, "Bearer".parse().unwrap());
+    assert_eq!(
+        p.action_for(StatusCode::UNAUTHORIZED, &challenge),
+        StatusAction::Release
+    );
+    challenge.insert(http::header::WWW_AUTHENTICATE, " ".parse().unwrap());
+    assert_eq!(
+        p.action_for(StatusCode::UNAUTHORIZED, &challenge),
+        StatusAction::Store
+    );
     assert_eq!(StatusPattern::parse("5xx"), Ok(StatusPattern::Class(5)));
     assert_eq!(StatusPattern::parse("418"), Ok(StatusPattern::Exact(418)));
     assert!(StatusPattern::parse("6xx").is_err());

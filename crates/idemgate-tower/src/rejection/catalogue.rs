@@ -5,6 +5,7 @@ use idemgate_core::KeyError;
 
 use super::{IdempotencyRejection, LimitKind};
 use crate::jwt::TokenError;
+use crate::path::PathAmbiguity;
 
 impl IdempotencyRejection {
     /// One rejection of every kind (and of each [`LimitKind`]), with example fields: the
@@ -33,6 +34,7 @@ impl IdempotencyRejection {
             Self::PreviousAttemptFailed,
             Self::ResponseNotKept {
                 original_status: 201,
+                detail: None,
             },
             Self::OutcomeUnknown,
             Self::RecordCorrupt,
@@ -51,6 +53,11 @@ impl IdempotencyRejection {
             Self::PrincipalLimited {
                 kind: LimitKind::NewKeys,
                 retry_after_secs: 2,
+            },
+            Self::AmbiguousPath(PathAmbiguity::EmptySegment),
+            Self::NoSuchRoute,
+            Self::AmbiguousRequest {
+                header: "content-type".into(),
             },
         ];
         debug_assert!(all.iter().all(covered));
@@ -85,7 +92,10 @@ fn covered(r: &IdempotencyRejection) -> bool {
         | R::UpstreamTimeout
         | R::OperationPanicked
         | R::Internal
-        | R::PrincipalLimited { .. } => true,
+        | R::PrincipalLimited { .. }
+        | R::AmbiguousPath(_)
+        | R::NoSuchRoute
+        | R::AmbiguousRequest { .. } => true,
     }
 }
 
@@ -99,7 +109,7 @@ mod tests {
     fn the_catalogue_holds_each_kind_once_with_a_distinct_answer() {
         let all = IdempotencyRejection::catalogue();
         let kinds: HashSet<_> = all.iter().map(std::mem::discriminant).collect();
-        assert_eq!(kinds.len(), 23, "every variant");
+        assert_eq!(kinds.len(), 26, "every variant");
         let answers: HashSet<_> = all.iter().map(|r| (r.anchor(), r.detail())).collect();
         assert_eq!(answers.len(), all.len(), "no two entries say the same");
         for r in &all {

@@ -24,6 +24,10 @@ pub(super) struct Faulty {
     pub(super) down_after_insert: AtomicBool,
     /// With `lose_insert_reply`: the call never answers at all (the reply was swallowed).
     pub(super) swallow_insert_reply: AtomicBool,
+    /// The insert fails at once, and the test lands it later from `deferred` (a statement
+    /// the database finishes after the connection that sent it broke).
+    pub(super) defer_insert: AtomicBool,
+    pub(super) deferred: std::sync::Mutex<Option<InsertRequest>>,
     pub(super) calls: AtomicUsize,
 }
 
@@ -43,6 +47,10 @@ impl Faulty {
 impl IdempotencyStore for Faulty {
     async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
         self.fault().await?;
+        if self.defer_insert.swap(false, Ordering::SeqCst) {
+            *self.deferred.lock().unwrap() = Some(req.clone());
+            return Err(StoreError::Unavailable("connection closed".into()));
+        }
         let found = self.inner.insert_or_get(req).await;
         if self.lose_insert_reply.load(Ordering::SeqCst) {
             if self.swallow_insert_reply.load(Ordering::SeqCst) {

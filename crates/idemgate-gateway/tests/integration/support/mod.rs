@@ -22,7 +22,8 @@ pub(crate) use relay::Relay;
 /// An upstream that counts every request it receives and answers per query parameters:
 /// `status=N`, `delay_ms=N` (before answering), `bytes=N` (body size), `stream=1`
 /// (`text/event-stream`), `broken=1` (body breaks off after its first chunk), `headers=N`
-/// (`N` more headers, `x-h-0: v0` to `x-h-{N-1}`).
+/// (`N` more headers, `x-h-0: v0` to `x-h-{N-1}`), `first_status=N` (the upstream's first
+/// execution answers `N` instead), `challenge=1` (a `401` carries `WWW-Authenticate`).
 #[derive(Clone)]
 pub(crate) struct Upstream {
     pub(crate) base: String,
@@ -68,7 +69,11 @@ async fn handler(
     if let Some(ms) = num("delay_ms") {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    let status = StatusCode::from_u16(num("status").unwrap_or(201) as u16).unwrap();
+    let status = match num("first_status") {
+        Some(first) if n == 1 => first,
+        _ => num("status").unwrap_or(201),
+    };
+    let status = StatusCode::from_u16(status as u16).unwrap();
     if q.contains_key("stream") {
         let events = futures_util::stream::iter(
             (0..3).map(|i| Ok::<_, std::io::Error>(Bytes::from(format!("data: event {i}\n\n")))),
@@ -107,6 +112,10 @@ async fn handler(
     for i in 0..num("headers").unwrap_or(0) {
         let name = axum::http::HeaderName::try_from(format!("x-h-{i}")).unwrap();
         extra.insert(name, format!("v{i}").parse().unwrap());
+    }
+    if q.contains_key("challenge") && status == StatusCode::UNAUTHORIZED {
+        let challenge = "Bearer error=\"invalid_token\"".parse().unwrap();
+        extra.insert(axum::http::header::WWW_AUTHENTICATE, challenge);
     }
     (
         status,

@@ -1,0 +1,132 @@
+//! The request head hyper is reading on a connection, as far as its `Content-Length`
+//! fields go.
+
+/// Heads longer than this are not looked at (hyper's own limit is about 400 KB; a head
+/// with two `Content-Length` fields fits well within this).
+const MAX_HEAD_BYTES: usize = 64 << 10;
+
+/// What a connection knows of the request head hyper is reading.
+#[derive(Debug)]
+pub(super) struct Head {
+    /// The bytes read since the last response began, while no head was judged yet (`None`:
+    /// not watching until the next response begins). Empty (and unallocated) while a head
+    /// arrives within one read.
+    window: Option<Vec<u8>>,
+    /// The last head judged has `Content-Length` values that hyper refuses.
+    conflicting: bool,
+    /// The connection speaks HTTP/2: never watched.
+    http2: bool,
+}
+
+impl Default for Head {
+    fn default() -> Self {
+        Self {
+            window: Some(Vec::new()),
+            conflicting: false,
+            http2: false,
+        }
+    }
+}
+
+impl Head {
+    /// Whether the head judged last has `Content-Length` values that hyper refuses.
+    pub(super) fn conflicting(&self) -> bool {
+        self.conflicting
+    }
+
+    /// A response (or part of one) is being written: the next bytes read start a head.
+    pub(super) fn response_began(&mut self) {
+        self.conflicting = false;
+        if !self.http2 {
+            match &mut self.window {
+                Some(window) => window.clear(),
+                None => self.window = Some(Vec::new()),
+            }
+        }
+    }
+
+    /// Takes in `bytes` just read.
+    pub(super) fn read(&mut self, bytes: &[u8]) {
+        let Some(window) = &mut self.window else {
+            return;
+        };
+        if bytes.is_empty() {
+            return;
+        }
+        let fresh = window.is_empty();
+        if !fresh {
+            window.extend_from_slice(bytes);
+        }
+        let seen: &[u8] = if fresh { bytes } else { window };
+        if seen.starts_with(b"PRI * HTTP/2.0") {
+            self.http2 = true;
+            self.window = None;
+            return;
+        }
+        let seen_len = seen.len();
+        match judge(seen) {
+            Some(conflicting) => {
+                self.conflicting = conflicting;
+                self.window = None;
+            }
+            None if seen_len > MAX_HEAD_BYTES => self.window = None,
+            None if fresh => window.extend_from_slice(bytes),
+            None => {}
+        }
+    }
+}
+
+/// Whether the request head at the start of `bytes` has `Content-Length` values hyper
+/// refuses; `None` until its blank line arrived.
+///
+/// hyper's rule (`proto/h1/role.rs`, `Server::parse`): fields in order; a `Content-Length`
+/// after a `Transfer-Encoding` is ignored; each value is a comma-separated list of equal
+/// numbers; a value that differs from an earlier one, or is not a number, is refused.
+/// Only a head with more than one value counts here (a single malformed value is not
+/// ambiguous, just wrong).
+pub(super) fn judge(bytes: &[u8]) -> Option<bool> {
+    let end = head_end(bytes)?;
+    let mut lines = bytes[..end].split(|&b| b == b'\n').map(|l| l.trim_ascii());
+    let request_line = lines.next().unwrap_or_default();
+    if !request_line.ends_with(b" HTTP/1.1") && !request_line.ends_with(b" HTTP/1.0") {
+        return Some(false);
+    }
+    let mut first: Option<Option<u64>> = None;
+    for line in lines {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            return Some(false);
+        }
+        if !name.eq_ignore_ascii_case(b"content-length") {
+            continue;
+        }
+        for v in value.split(|&b| b == b',') {
+            let n = std::str::from_utf8(v.trim_ascii())
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok());
+            match first {
+                None => first = Some(n),
+                Some(prev) if prev != n || n.is_none() => return Some(true),
+                Some(_) => {}
+            }
+        }
+    }
+    Some(false)
+}
+
+/// Where the head's blank line starts: after `\r\n\r\n` or `\n\n` (hyper takes both).
+fn head_end(bytes: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    while let Some(n) = bytes[at..].iter().position(|&b| b == b'\n') {
+        let line_end = at + n;
+        match bytes.get(line_end + 1) {
+            Some(b'\n') => return Some(line_end),
+            Some(b'\r') if bytes.get(line_end + 2) == Some(&b'\n') => return Some(line_end),
+            _ => at = line_end + 1,
+        }
+    }
+    None
+}

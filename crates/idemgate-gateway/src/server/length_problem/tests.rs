@@ -1,0 +1,139 @@
+use std::convert::Infallible;
+
+use http_body_util::Full;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::head::judge;
+use super::*;
+
+/// Sends `request` (raw bytes) to hyper's HTTP/1 server on a [`LengthProblemIo`], whose
+/// service answers `status` with an empty body; returns everything written back.
+async fn exchange(request: &[u8], status: u16) -> String {
+    let (mut client, server) = tokio::io::duplex(64 << 10);
+    let io = LengthProblemIo::new(server, LengthProblem::new("urn:idemgate:problem:"));
+    let service = hyper::service::service_fn(move |_req| async move {
+        let response = http::Response::builder()
+            .status(status)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        Ok::<_, Infallible>(response)
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    let served = tokio::spawn(conn);
+    client.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        client.read_to_end(&mut out),
+    );
+    read.await.expect("the server closes").unwrap();
+    let _ = served.await;
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+async fn differing_lengths_get_the_problem_instead_of_a_bare_400() {
+    let request =
+        b"POST /charges HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc";
+    let answer = exchange(request, 201).await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{answer}");
+    assert!(
+        head.contains("content-type: application/problem+json"),
+        "{head}"
+    );
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("\r\ndate: "),
+        "hyper's Date: {head}"
+    );
+    let length = format!("content-length: {}", body.len());
+    assert!(head.contains(&length), "{head}");
+    let problem: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(problem["type"], "urn:idemgate:problem:ambiguous-request");
+    assert_eq!(problem["status"], 400);
+    assert!(problem["detail"]
+        .as_str()
+        .unwrap()
+        .contains("content-length"));
+}
+
+#[tokio::test]
+async fn a_comma_list_of_differing_lengths_gets_it_too() {
+    let request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 3, 4\r\n\r\nabcd";
+    let answer = exchange(request, 201).await;
+    assert!(answer.contains("ambiguous-request"), "{answer}");
+}
+
+#[tokio::test]
+async fn other_answers_pass_untouched() {
+    // hyper's own 400 for another parse error keeps its empty body.
+    let answer = exchange(b"POST / HTTP/1.1\r\nbad header\r\n\r\n", 201).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{answer}"
+    );
+    assert!(answer.ends_with("\r\n\r\n"), "no body: {answer}");
+    assert!(!answer.contains("problem"), "{answer}");
+    // The service's own empty 400, for a request with equal repeated lengths, is its own.
+    let request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ncontent-length: 2\r\nconnection: close\r\n\r\nab";
+    let answer = exchange(request, 400).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{answer}"
+    );
+    assert!(!answer.contains("problem"), "{answer}");
+}
+
+#[test]
+fn heads_are_judged_by_hyper_s_rule() {
+    let head = |fields: &str| format!("POST / HTTP/1.1\r\nhost: x\r\n{fields}\r\n");
+    for (fields, refused) in [
+        ("content-length: 1\r\ncontent-length: 2\r\n", Some(true)),
+        ("Content-Length: 1\r\nCONTENT-LENGTH:  2 \r\n", Some(true)),
+        ("content-length: 1, 2\r\n", Some(true)),
+        ("content-length: x\r\ncontent-length: x\r\n", Some(true)),
+        ("content-length: 2\r\ncontent-length: 2\r\n", Some(false)),
+        ("content-length: 2, 2\r\n", Some(false)),
+        ("content-length: 2\r\n", Some(false)),
+        ("content-length: x\r\n", Some(false)),
+        (
+            "transfer-encoding: chunked\r\ncontent-length: 1\r\ncontent-length: 2\r\n",
+            Some(false),
+        ),
+        ("", Some(false)),
+    ] {
+        assert_eq!(judge(head(fields).as_bytes()), refused, "{fields}");
+    }
+    assert_eq!(
+        judge(b"POST / HTTP/1.1\nA: 1\ncontent-length: 1\ncontent-length: 2\n\n"),
+        Some(true)
+    );
+    assert_eq!(
+        judge(b"POST / HTTP/1.1\r\ncontent-length: 1\r\n"),
+        None,
+        "incomplete"
+    );
+    assert_eq!(
+        judge(b"{\"a\":1}\r\n\r\n"),
+        Some(false),
+        "not a request line"
+    );
+}
+
+#[test]
+fn a_head_split_across_reads_is_judged_whole() {
+    let mut head = Head::default();
+    head.read(b"POST / HTTP/1.1\r\ncontent-le");
+    assert!(!head.conflicting());
+    head.read(b"ngth: 1\r\ncontent-length: 2\r\n");
+    head.read(b"\r\nab");
+    assert!(head.conflicting());
+    head.response_began();
+    assert!(!head.conflicting());
+    head.read(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    head.response_began();
+    head.read(b"POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n");
+    assert!(!head.conflicting(), "an HTTP/2 connection is not watched");
+}

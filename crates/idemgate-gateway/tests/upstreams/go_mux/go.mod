@@ -1,0 +1,3 @@
+module idemgate.test/go_mux
+
+go 1.19
