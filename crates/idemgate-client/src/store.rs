@@ -4,7 +4,10 @@
 //!
 //! Fails closed: a timeout, a refused connection or an answer that cannot be read is
 //! [`StoreError::Timeout`] / [`StoreError::Unavailable`] / [`StoreError::Backend`], which
-//! the lifecycle answers with `503` and never runs the operation on.
+//! the lifecycle answers with `503` and never runs the operation on. Those leave the outcome
+//! unknown ([`StoreError::outcome_unknown`]: the key service's store may have written);
+//! a `4xx` problem (a route over 1,024 bytes, a bad token) is the key service's definite
+//! refusal before its store was called: [`StoreError::Refused`].
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -62,6 +65,10 @@ fn store_error(e: ClientError) -> StoreError {
             "lease-lost" => StoreError::LeaseLost,
             "record-corrupt" => StoreError::Corrupt { detail: p.detail },
             "store-unavailable" => StoreError::Unavailable(Box::new(ClientError::Problem(p))),
+            // Refused before the key service called its store: nothing was written.
+            _ if (400..500).contains(&p.status) => {
+                StoreError::Refused(Box::new(ClientError::Problem(p)))
+            }
             _ => StoreError::Backend(Box::new(ClientError::Problem(p))),
         },
         e => StoreError::Backend(Box::new(e)),
@@ -239,5 +246,38 @@ impl IdempotencyStore for KeyServiceStore {
 
     fn backend(&self) -> &'static str {
         "key-service"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Problem;
+
+    fn problem(anchor: &str, status: u16) -> ClientError {
+        ClientError::Problem(Box::new(Problem {
+            type_: format!("urn:idemgate:problem:{anchor}"),
+            title: anchor.into(),
+            status,
+            detail: "detail".into(),
+            field: None,
+        }))
+    }
+
+    /// A `4xx` is the key service's definite refusal; a `5xx` may hide a write of its store.
+    #[test]
+    fn a_4xx_is_a_definite_refusal_and_a_5xx_is_unknown() {
+        let e = store_error(problem("invalid-request", 400));
+        assert!(matches!(e, StoreError::Refused(_)), "{e:?}");
+        assert!(!e.outcome_unknown());
+        let e = store_error(problem("store-unavailable", 503));
+        assert!(matches!(e, StoreError::Unavailable(_)), "{e:?}");
+        assert!(e.outcome_unknown());
+        let e = store_error(problem("internal", 500));
+        assert!(e.outcome_unknown(), "{e:?}");
+        assert!(matches!(
+            store_error(problem("lease-lost", 409)),
+            StoreError::LeaseLost
+        ));
     }
 }

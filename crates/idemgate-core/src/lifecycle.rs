@@ -316,9 +316,10 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     }
 
     /// One insert-or-get under the store deadline. When its answer is lost (a timeout: the
-    /// call goes on in the background; or a backend error after the statement may have been
-    /// sent), a record it inserted is released with its own lease (when `reclaim`), so a
-    /// request that was never forwarded never reads as `outcome-unknown`.
+    /// call goes on in the background; or an error whose outcome is unknown,
+    /// [`StoreError::outcome_unknown`]), a record it inserted is released with its own lease
+    /// (when `reclaim`), so a request that was never forwarded never reads as
+    /// `outcome-unknown`. A definite refusal inserted nothing: no follow-up.
     async fn insert(
         &self,
         req: InsertRequest,
@@ -338,7 +339,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         let out = tokio::time::timeout(self.config.store_timeout, &mut call).await;
         self.observe("insert_or_get", started);
         match out {
-            Ok(Err(StoreError::Corrupt { detail })) => Err(StoreError::Corrupt { detail }),
+            Ok(Err(e)) if !e.outcome_unknown() => Err(e),
             Ok(Err(e)) => {
                 if reclaim {
                     self.reclaim(None::<std::future::Ready<_>>, &key, token, ttl);

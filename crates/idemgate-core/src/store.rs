@@ -17,6 +17,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// [`StoreError::LeaseLost`] refuses a stale holder, [`StoreError::Corrupt`] answers
 /// `record-corrupt` (never a replay), and every other variant becomes `503` (fail closed)
 /// unless the route is `fail_open`.
+///
+/// Whether a failed write may still have landed is [`StoreError::outcome_unknown`]: only
+/// then does the lifecycle follow an insert up to release a record it may have left.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -40,9 +43,39 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// The store answered the call with an error and wrote nothing: a statement that failed
+    /// (its transaction rolled back), a database busy or locked, a request the key service
+    /// refused (`4xx`). Unlike [`StoreError::Unavailable`], [`StoreError::Timeout`] and
+    /// [`StoreError::Backend`], its outcome is known.
+    #[error("store refused the operation")]
+    Refused(#[source] BoxError),
     /// Any other backend error.
     #[error("store error")]
     Backend(#[source] BoxError),
+}
+
+impl StoreError {
+    /// True when a write that failed with this error may still have landed: the store did
+    /// not answer in time ([`StoreError::Timeout`]), or the call failed in a way that leaves
+    /// it open whether the store ran it ([`StoreError::Unavailable`]: a connection that
+    /// broke after the statement may have been sent; [`StoreError::Backend`]). False for a
+    /// definite answer: [`StoreError::Refused`], [`StoreError::Conflict`] (rolled back),
+    /// [`StoreError::LeaseLost`] and [`StoreError::Corrupt`] (nothing changed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use idemgate_core::StoreError;
+    ///
+    /// assert!(StoreError::Timeout.outcome_unknown());
+    /// assert!(!StoreError::Refused("index row size exceeds btree maximum".into()).outcome_unknown());
+    /// ```
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            Self::Unavailable(_) | Self::Timeout | Self::Backend(_)
+        )
+    }
 }
 
 /// Shorthand for store results.

@@ -70,6 +70,11 @@ pub struct Config {
     pub header_name: String,
     /// Methods covered. Default `["POST", "PATCH"]`.
     pub methods: Vec<String>,
+    /// Request headers that make some upstream run another path or method (gunicorn's
+    /// `SCRIPT_NAME`, method overrides): a covered request carrying one gets `400
+    /// ambiguous-request`. `[]` turns the check off (for a front proxy that strips them).
+    /// Default [`idemgate_tower::policy::DEFAULT_OVERRIDE_HEADERS`].
+    pub override_headers: Vec<String>,
     /// A covered request matching no route: `"default"` (the `[defaults]` policy) or
     /// `"refuse"` (`404 no-such-route`, nothing forwarded). Default `"default"`.
     pub unmatched: String,
@@ -133,6 +138,9 @@ impl Default for Config {
             max_response_headers: 256,
             header_name: "Idempotency-Key".into(),
             methods: vec!["POST".into(), "PATCH".into()],
+            override_headers: idemgate_tower::policy::DEFAULT_OVERRIDE_HEADERS
+                .map(String::from)
+                .to_vec(),
             unmatched: "default".into(),
             forward_path: "as-sent".into(),
             key_min_length: idemgate_core::key::DEFAULT_MIN_LEN,
@@ -253,16 +261,7 @@ impl Config {
         let store = StoreUrl::parse(&self.store)
             .map_err(|e| errs.push(format!("store: {e}")))
             .ok();
-        let path = self.store_token_file.trim();
-        if !path.is_empty() && std::env::var_os("IDEMGATE_STORE_TOKEN").is_none() {
-            match std::fs::read_to_string(path) {
-                Ok(t) if t.trim().is_empty() => {
-                    errs.push(format!("store_token_file: {path} is empty"))
-                }
-                Ok(_) => {}
-                Err(e) => errs.push(format!("store_token_file: cannot read {path}: {e}")),
-            }
-        }
+        self.check_store_token_file(&mut errs);
         let upstream_timeout = duration("upstream_timeout", &self.upstream_timeout, &mut errs);
         if !(1..=MAX_RESPONSE_HEADERS_LIMIT).contains(&self.max_response_headers) {
             errs.push(format!(
@@ -290,21 +289,9 @@ impl Config {
                 "log_hash_key: must be at least {min} bytes, or empty"
             ));
         }
-        let header_name = HeaderName::from_bytes(self.header_name.as_bytes())
-            .map_err(|_| {
-                errs.push(format!(
-                    "header_name: `{}` is not a header name",
-                    self.header_name
-                ))
-            })
-            .ok();
-        let mut methods = Vec::new();
-        for m in &self.methods {
-            match parse::parse_method(m) {
-                Ok(m) => methods.push(m),
-                Err(e) => errs.push(format!("methods: {e}")),
-            }
-        }
+        let header_name = parse::header_name("header_name", &self.header_name, &mut errs);
+        let methods = parse::methods(&self.methods, &mut errs);
+        let override_headers = parse::override_headers(self, header_name.as_ref(), &mut errs);
         if self.key_min_length == 0 || self.key_min_length > self.key_max_length {
             errs.push(format!(
                 "key_min_length/key_max_length: need 1 <= min <= max, got {} and {}",
@@ -324,6 +311,7 @@ impl Config {
             Policy::default().with_default_route(default_route.clone().unwrap_or_default());
         policy.header_name = header_name.unwrap_or(HeaderName::from_static("idempotency-key"));
         policy.methods = methods;
+        policy.override_headers = override_headers;
         policy.unmatched = setting("unmatched", Some(&self.unmatched), &mut errs);
         policy.forward_path = setting("forward_path", Some(&self.forward_path), &mut errs);
         policy.key_len = (self.key_min_length, self.key_max_length);

@@ -1,6 +1,8 @@
 //! The reverse proxy the idempotency layer wraps: forwards to the upstream over a pooled
-//! hyper client, strips hop-by-hop headers, adds `X-Forwarded-*`, and classifies failures
-//! (a connection that failed before sending is [`NotSent`], so the key is released).
+//! HTTP/1.1 hyper client (whatever version the client spoke, HTTP/2 included: see
+//! `to_http11`), strips hop-by-hop headers, adds `X-Forwarded-*`, and classifies failures
+//! (an error the client raised before sending the request is [`NotSent`], so the key is
+//! released).
 
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
@@ -8,8 +10,8 @@ use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use futures_util::future::BoxFuture;
-use http::header::{HeaderName, HeaderValue, HOST};
-use http::{HeaderMap, Request, Response, Uri};
+use http::header::{HeaderName, HeaderValue, COOKIE, HOST};
+use http::{HeaderMap, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -165,6 +167,56 @@ fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
+/// Readies a request of any version for the HTTP/1.1 upstream client (which refuses any
+/// other with `UserUnsupportedVersion`): a proxy forwards with its own version (RFC 9110
+/// §6.2). From HTTP/2, the pseudo-header fields never reach the header map, hyper's server
+/// already refuses connection-specific fields (RFC 9113 §8.2.2; [`strip_hop_by_hop`] drops
+/// any left), the `:authority` becomes the `Host` when there is none (§8.3.1), and `cookie`
+/// fields split for compression are joined with `; ` (§8.2.3).
+fn to_http11<B>(req: &mut Request<B>) {
+    if req.version() == Version::HTTP_2 {
+        let authority = req.uri().authority().map(|a| a.as_str().to_owned());
+        let host = authority.and_then(|a| HeaderValue::from_str(&a).ok());
+        if let (false, Some(host)) = (req.headers().contains_key(HOST), host) {
+            req.headers_mut().insert(HOST, host);
+        }
+        join_cookies(req.headers_mut());
+    }
+    *req.version_mut() = Version::HTTP_11;
+}
+
+/// Joins several `cookie` fields into one (RFC 9113 §8.2.3), as HTTP/1.1 requires.
+fn join_cookies(headers: &mut HeaderMap) {
+    if headers.get_all(COOKIE).iter().nth(1).is_none() {
+        return;
+    }
+    let joined: Vec<u8> = headers
+        .get_all(COOKIE)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect::<Vec<_>>()
+        .join(&b"; "[..]);
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        headers.insert(COOKIE, v);
+    }
+}
+
+/// True when the client failed before the request left it, so the operation cannot have
+/// run: no connection (`is_connect`), a request it refuses to send (an unsupported version
+/// or method, a URI without authority), or one handed back unsent (`Canceled`: hyper
+/// returns the request only if it was never written, and hyper-util retries it once).
+/// hyper-util exposes only `is_connect`, so the others are read from its `Display`
+/// (`client error (Kind)`).
+fn not_sent(e: &hyper_util::client::legacy::Error) -> bool {
+    const UNSENT: [&str; 4] = [
+        "client error (UserUnsupportedVersion)",
+        "client error (UserUnsupportedRequestMethod)",
+        "client error (UserAbsoluteUriRequired)",
+        "client error (Canceled)",
+    ];
+    e.is_connect() || UNSENT.contains(&e.to_string().as_str())
+}
+
 /// True when hyper refused the response head for its size or header count.
 fn head_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut source = Some(e);
@@ -195,6 +247,7 @@ impl tower::Service<Request<BoxBody>> for Proxy {
     fn call(&mut self, mut req: Request<BoxBody>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
+            to_http11(&mut req);
             *req.uri_mut() = this
                 .upstream_uri(req.uri())
                 .map_err(|e| NotSent(e.into()))?;
@@ -223,7 +276,7 @@ impl tower::Service<Request<BoxBody>> for Proxy {
             let mut resp = match tokio::time::timeout(this.timeout, this.client.request(req)).await
             {
                 Err(_) => return Err(UpstreamTimeout(this.timeout).into()),
-                Ok(Err(e)) if e.is_connect() => return Err(NotSent(e.into()).into()),
+                Ok(Err(e)) if not_sent(&e) => return Err(NotSent(e.into()).into()),
                 Ok(Err(e)) if head_too_large(&e) => {
                     tracing::warn!(error = %e, "upstream response head too large");
                     return Err(UpstreamHeadTooLarge(this.max_headers).into());
@@ -234,5 +287,52 @@ impl tower::Service<Request<BoxBody>> for Proxy {
             strip_hop_by_hop(resp.headers_mut());
             Ok(resp)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h2_post() -> Request<BoxBody> {
+        let mut req = Request::post("http://api.example:8080/payments")
+            .header(COOKIE, "a=1")
+            .header(COOKIE, "b=2")
+            .body(idemgate_tower::body::full(bytes::Bytes::new()))
+            .unwrap();
+        *req.version_mut() = Version::HTTP_2;
+        req
+    }
+
+    #[test]
+    fn an_http2_request_goes_out_as_http11_with_host_and_one_cookie_field() {
+        let mut req = h2_post();
+        to_http11(&mut req);
+        assert_eq!(req.version(), Version::HTTP_11);
+        assert_eq!(req.headers()[HOST], "api.example:8080");
+        let cookies: Vec<_> = req.headers().get_all(COOKIE).iter().collect();
+        assert_eq!(cookies, ["a=1; b=2"]);
+        // A Host the client sent is kept.
+        let mut req = h2_post();
+        req.headers_mut()
+            .insert(HOST, HeaderValue::from_static("h"));
+        to_http11(&mut req);
+        assert_eq!(req.headers()[HOST], "h");
+    }
+
+    /// The HTTP/1 client refuses an HTTP/2 request before sending it: "not sent", so the key
+    /// is released, never "may have run".
+    #[tokio::test]
+    async fn a_request_the_client_refuses_to_send_counts_as_not_sent() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accept = tokio::spawn(async move { listener.accept().await });
+        let uri: Uri = format!("http://{addr}").parse().unwrap();
+        let proxy = Proxy::new(&uri, Duration::from_secs(5), 100);
+        let mut req = h2_post();
+        *req.uri_mut() = format!("http://{addr}/payments").parse().unwrap();
+        let e = proxy.client.request(req).await.unwrap_err();
+        assert!(not_sent(&e), "{e:?}");
+        drop(accept);
     }
 }

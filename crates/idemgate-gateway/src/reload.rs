@@ -13,6 +13,10 @@
 //! `methods`, the route templates) is refused, unless it sets
 //! `allow_scope_change_on_reload = true`: a retry of a key in flight would look in the new
 //! scope, find nothing and run again. It is compared with the configuration applied last.
+//!
+//! Each reload is counted in `idempotency_config_reloads_total{result}`: `applied`,
+//! `refused` (a scope change without the allowance) or `invalid` (the file has errors), so
+//! an alert can say that the file and the running configuration differ.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -22,6 +26,7 @@ use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use crate::config::{ScopeSettings, Validated};
+use crate::telemetry::count_reload;
 
 /// Re-reads the configuration: the file and the flags, validated.
 pub type Resolve = Box<dyn Fn() -> anyhow::Result<Validated> + Send + Sync>;
@@ -147,7 +152,8 @@ pub fn on_sighup(
 ///
 /// A configuration that changes the scope ([`ScopeSettings::changes`]) without
 /// `allow_scope_change_on_reload` is refused: logged as an error naming what changed, and
-/// the running configuration stays.
+/// the running configuration stays. Every outcome is counted
+/// ([`crate::telemetry::CONFIG_RELOADS`]).
 pub fn reload_once(
     resolve: &Resolve,
     running: &Validated,
@@ -160,6 +166,7 @@ pub fn reload_once(
             tracing::error!(
                 "configuration reload rejected; the running configuration stays: {e:#}"
             );
+            count_reload("invalid");
             return;
         }
     };
@@ -171,6 +178,7 @@ pub fn reload_once(
                 %changed,
                 "configuration reload refused: it changes what (principal, route) requests get, so retries of keys in flight would run again; the running configuration stays. Restart the gateway while no retries are expected, or set allow_scope_change_on_reload = true"
             );
+            count_reload("refused");
             return;
         }
         tracing::warn!(
@@ -185,6 +193,7 @@ pub fn reload_once(
         );
     }
     apply(&new);
+    count_reload("applied");
     *applied = new.scope;
     tracing::info!(
         upstream = %new.upstream,

@@ -56,6 +56,21 @@ pub const COUNTERS: [CounterSpec; 3] = [
     },
 ];
 
+/// `SIGHUP` reloads of `idemgate serve`, by `result` ([`RELOAD_RESULTS`]).
+pub const CONFIG_RELOADS: CounterSpec = CounterSpec {
+    name: "idempotency_config_reloads_total",
+    help: "SIGHUP configuration reloads by result: applied, refused (it would change requests' scope), invalid (the file has errors).",
+};
+
+/// Every value of the `result` label of [`CONFIG_RELOADS`]: `applied`, `refused` (the
+/// file would change requests' scope) and `invalid` (the file has errors).
+pub const RELOAD_RESULTS: [&str; 3] = ["applied", "refused", "invalid"];
+
+/// Counts one reload with `result` (one of [`RELOAD_RESULTS`]).
+pub fn count_reload(result: &'static str) {
+    metrics::counter!(CONFIG_RELOADS.name, "result" => result).increment(1);
+}
+
 /// The counter series of [`COUNTERS`].
 fn background_series() -> Vec<Series> {
     let mut series = Series::new(PURGE_RUNS).each("result", &PURGE_RESULTS);
@@ -66,10 +81,11 @@ fn background_series() -> Vec<Series> {
 
 /// Every counter series `idemgate serve` can emit under `policy` on a store whose backend
 /// is `backend`: the layer's and its lifecycle's
-/// ([`idemgate_tower::metrics::series`]), the purge's and the store gauges'.
+/// ([`idemgate_tower::metrics::series`]), the purge's, the store gauges' and the reloads'.
 pub fn gateway_series(policy: &Policy, backend: &'static str) -> Vec<Series> {
     let mut series = idemgate_tower::metrics::series(policy, backend);
     series.extend(background_series());
+    series.extend(Series::new(CONFIG_RELOADS.name).each("result", &RELOAD_RESULTS));
     series
 }
 
@@ -86,6 +102,8 @@ pub fn key_service_series(settings: &KeyServiceSettings, backend: &'static str) 
 /// at start-up after the recorder is installed. (The layer registers its own series again
 /// whenever it wraps the proxy, so routes added by a reload start at 0 too.)
 pub fn register_gateway(policy: &Policy, backend: &'static str) {
+    // Only the gateway reloads: described here, not for the key service.
+    CONFIG_RELOADS.describe();
     gateway_series(policy, backend)
         .iter()
         .for_each(Series::register);

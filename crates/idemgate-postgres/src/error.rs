@@ -53,6 +53,8 @@ enum Class {
     Timeout,
     Conflict,
     Corrupt,
+    /// The server answered the statement with an error: it failed (and rolled back).
+    Refused,
     Backend,
 }
 
@@ -75,7 +77,11 @@ fn classify_sqlx(e: &sqlx::Error) -> Class {
             {
                 Class::Unavailable
             }
-            _ => Class::Backend,
+            // Any other error the server answered (a key over the btree's maximum index
+            // row size, a check constraint): the statement failed, nothing was written.
+            // `insert_or_get`'s statements each commit alone, so an error in a later one
+            // leaves nothing of this call behind either.
+            _ => Class::Refused,
         },
         E::ColumnDecode { .. }
         | E::Decode(_)
@@ -91,9 +97,13 @@ impl From<PostgresStoreError> for StoreError {
     /// server shutting down or full → [`StoreError::Unavailable`]; statement or lock timeout
     /// (SQLSTATE 57014, 55P03) → [`StoreError::Timeout`]; serialization failure or deadlock
     /// (40001, 40P01) and insert contention → [`StoreError::Conflict`]; a record that fails
-    /// validation or a column that does not decode → [`StoreError::Corrupt`]; anything else
-    /// → [`StoreError::Backend`]. The original error is kept as the source wherever the
-    /// variant has one.
+    /// validation or a column that does not decode → [`StoreError::Corrupt`]; any other error
+    /// the server answered (SQLSTATE, e.g. 54000 for a key over the index row size) →
+    /// [`StoreError::Refused`] (definite: nothing was written); anything else (a protocol
+    /// error, the worker gone) → [`StoreError::Backend`]. Only `Unavailable` (I/O after the
+    /// statement may have been sent), `Timeout` and `Backend` leave the outcome unknown
+    /// ([`StoreError::outcome_unknown`]). The original error is kept as the source wherever
+    /// the variant has one.
     fn from(e: PostgresStoreError) -> Self {
         let class = match &e {
             PostgresStoreError::Sqlx(inner) => classify_sqlx(inner),
@@ -112,6 +122,7 @@ impl From<PostgresStoreError> for StoreError {
                     other => error_chain(&other),
                 },
             },
+            Class::Refused => StoreError::Refused(Box::new(e)),
             Class::Backend => StoreError::Backend(Box::new(e)),
         }
     }

@@ -85,7 +85,10 @@ impl From<RedisStoreError> for StoreError {
     /// [`StoreError::Unavailable`]; an I/O timeout (connection or response) →
     /// [`StoreError::Timeout`]; an undecodable record or a record key of the wrong type
     /// (`WRONGTYPE`) → [`StoreError::Corrupt`]; anything else → [`StoreError::Backend`]. The
-    /// original error is kept as the source wherever the variant has one.
+    /// original error is kept as the source wherever the variant has one. None of these is
+    /// [`StoreError::Refused`]: every write is a Lua script, and a script that fails part-way
+    /// keeps what it wrote (Redis does not roll back), so an error reply leaves the outcome
+    /// unknown ([`StoreError::outcome_unknown`]), as I/O does.
     fn from(e: RedisStoreError) -> Self {
         let class = match &e {
             RedisStoreError::Redis(inner) => classify_redis(inner),

@@ -10,10 +10,13 @@ pub type Result<T, E = SqliteStoreError> = std::result::Result<T, E>;
 
 /// Errors of the SQLite store.
 ///
-/// Converts into [`StoreError`] with the original error kept as its source: a busy or locked
-/// database, an I/O failure, a full queue, a stopped store thread or a deleted database file
-/// become [`StoreError::Unavailable`]; a row that fails validation becomes
-/// [`StoreError::Corrupt`]; anything else [`StoreError::Backend`].
+/// Converts into [`StoreError`] with the original error kept as its source. SQLite runs in
+/// process, so an error is its definite answer (a failed statement or transaction rolls
+/// back, a full queue or a deleted file refuses the work before it starts) and becomes
+/// [`StoreError::Refused`]: a busy or locked database, a full disk, a full queue, a deleted
+/// database file, a rolled-back group. Only an I/O failure (it may have hit the commit) and a
+/// stopped store thread leave the outcome unknown: [`StoreError::Unavailable`]. A row that
+/// fails validation becomes [`StoreError::Corrupt`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqliteStoreError {
@@ -133,10 +136,27 @@ fn unavailable_code(e: &rusqlite::Error) -> bool {
     )
 }
 
+impl SqliteStoreError {
+    /// True when a write that failed with this error may still have been kept: an I/O
+    /// failure (it may have hit the commit), or a store thread that stopped or a read task
+    /// that failed while the command was in its hands. Anything else is SQLite's definite
+    /// answer ([`StoreError::outcome_unknown`]).
+    fn outcome_unknown(&self) -> bool {
+        let io = |e: &rusqlite::Error| e.sqlite_error_code() == Some(ErrorCode::SystemIoFailure);
+        match self {
+            Self::Sqlite(e) => io(e),
+            Self::Transaction(e) => io(e),
+            Self::Closed | Self::Reader(_) | Self::Spawn(_) => true,
+            _ => false,
+        }
+    }
+}
+
 impl From<SqliteStoreError> for StoreError {
     fn from(e: SqliteStoreError) -> Self {
         match e {
             SqliteStoreError::Corrupt { detail } => StoreError::Corrupt { detail },
+            e if !e.outcome_unknown() => StoreError::Refused(Box::new(e)),
             e if e.is_unavailable() => StoreError::Unavailable(Box::new(e)),
             e => StoreError::Backend(Box::new(e)),
         }

@@ -36,12 +36,12 @@ pub struct SqliteOptions {
     /// Durability of commits. Defaults to [`Synchronous::Normal`].
     pub synchronous: Synchronous,
     /// How long a command waits for a lock held by another connection (another process on
-    /// the same file) before failing with [`idemgate_core::StoreError::Unavailable`].
+    /// the same file) before failing with [`idemgate_core::StoreError::Refused`].
     /// Defaults to 2000 ms.
     pub busy_timeout: Duration,
     /// How many commands may wait for the store thread. When the queue is full, new work
     /// (an insert that reaches the writer, a take-over) fails at once with
-    /// [`idemgate_core::StoreError::Unavailable`] instead of piling up, while outcome writes
+    /// [`idemgate_core::StoreError::Refused`] instead of piling up, while outcome writes
     /// (complete, fail, release), renewals and the other operations wait for room: the
     /// outcome of a request that already ran is never dropped. Defaults to 1024. Must be at
     /// least 1.

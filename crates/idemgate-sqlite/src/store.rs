@@ -42,16 +42,17 @@ use crate::worker::{Access, Command, Worker};
 /// [`SqliteStore::close`] waits for that.
 ///
 /// # Queue
-/// When the queue is full, new work is refused at once with [`StoreError::Unavailable`]
+/// When the queue is full, new work is refused at once with [`StoreError::Refused`]
 /// ([`SqliteStoreError::QueueFull`]): an insert that reaches the writer, and a take-over.
 /// Every other operation (complete, fail, release, renew, purge, ping) waits for room, so the
 /// outcome of a request that already ran is never dropped because the store is busy.
 ///
 /// # Errors
-/// Operations fail with [`StoreError::Unavailable`] when new work meets a full queue, the
-/// thread has stopped, the database stays locked by another process for longer than
+/// Operations fail with [`StoreError::Refused`] (nothing was written) when new work meets a
+/// full queue, the database stays locked by another process for longer than
 /// [`SqliteOptions::busy_timeout`], or a database file (or its `-wal` or `-shm`) was deleted,
-/// replaced or truncated; with
+/// replaced or truncated; with [`StoreError::Unavailable`] when the thread has stopped or
+/// I/O failed (the outcome is unknown); with
 /// [`StoreError::Corrupt`] when a live stored row fails validation (the row is left
 /// untouched; once past its `expires_at` it counts as absent, like any expired record). The
 /// source of the error is a [`SqliteStoreError`].

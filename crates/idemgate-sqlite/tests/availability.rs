@@ -38,7 +38,7 @@ fn hold_write_lock(path: PathBuf, hold: Duration) -> (JoinHandle<()>, Arc<Atomic
 
 fn assert_queue_full<T: std::fmt::Debug>(r: Result<T, StoreError>, capacity: usize) {
     let err = r.unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(matches!(err, StoreError::Refused(_)), "{err:?}");
     assert!(
         matches!(sqlite_source(&err), Some(SqliteStoreError::QueueFull { capacity: c }) if *c == capacity),
         "{err:?}"
@@ -60,7 +60,9 @@ async fn locked_database_is_unavailable_then_recovers() {
         .insert_or_get(&request(&k, fp(1), LONG, DAY))
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    // A definite answer (nothing written): the lifecycle starts no follow-up for it.
+    assert!(matches!(err, StoreError::Refused(_)), "{err:?}");
+    assert!(!err.outcome_unknown());
     let source = sqlite_source(&err).expect("the sqlite error is the source");
     assert!(source.is_unavailable());
     assert!(source.source().is_some(), "the rusqlite error is kept");
@@ -251,7 +253,7 @@ async fn deleted_files_make_the_store_unavailable() {
 
     fn gone<T: std::fmt::Debug>(r: Result<T, StoreError>, what: &str) {
         let err = r.unwrap_err();
-        assert!(matches!(err, StoreError::Unavailable(_)), "{what}: {err:?}");
+        assert!(matches!(err, StoreError::Refused(_)), "{what}: {err:?}");
         assert!(
             matches!(sqlite_source(&err), Some(SqliteStoreError::FileGone { .. })),
             "{what}: {err:?}"

@@ -113,6 +113,12 @@ where
         let (outcome, response) = rejection(meters, &policy.problem_type_base, r);
         (outcome, Ok(response))
     };
+    // Before the key: a request the upstream would run as another (method, path) is
+    // refused keyed or not, or it could escape `key_required` too.
+    if let Some(name) = policy.override_header(&parts.headers) {
+        let header = name.as_str().to_owned();
+        return reject(IdempotencyRejection::OverrideHeader { header });
+    }
     if let Some(path) = resolved.forward.take() {
         match with_path(&parts.uri, &path) {
             Some(uri) => parts.uri = uri,

@@ -2,21 +2,31 @@
 //! by, and the spellings servers disagree on.
 //!
 //! `POST /charges`, `POST /%63harges` and `POST //charges` reach one handler in many
-//! frameworks; scoped by their spelling, they would be three records for one operation, and
-//! one key could run it three times. So a covered request's path is first brought to its
-//! normal form (RFC 3986 §6.2.2):
+//! frameworks, and so do `/users/a@b` and `/users/a%40b`: Werkzeug, Express (for its
+//! parameters) and Go's `ServeMux` decode the path before they route it. Scoped by their
+//! spelling, they would be separate records for one operation, and one key could run it
+//! again. So a covered request's path is first brought to its normal form (RFC 3986
+//! §6.2.2), where each byte has one spelling, whether it was sent raw or as an escape:
 //!
-//! - percent-encoded unreserved characters (`ALPHA DIGIT - . _ ~`, §2.3) are decoded
-//!   (`%63` → `c`, `%7e` → `~`), §6.2.2.2;
-//! - the remaining escapes are written in upper case (`%2f` → `%2F`), §6.2.2.1;
+//! - an escape of a character that RFC 3986 §3.3 allows raw in a segment with the same
+//!   meaning (`pchar`: unreserved `ALPHA DIGIT - . _ ~`, the sub-delims `! $ & ' ( ) * + ,
+//!   =`, `:` and `@`; not `;`) is decoded: `%63` → `c`, `%40` → `@`, `%3A` → `:`
+//!   (§6.2.2.2);
+//! - every other byte is an escape in upper case (§6.2.2.1), also when it was sent raw:
+//!   `%2f` → `%2F`, `{` → `%7B`, `é` → `%C3%A9`. These are the bytes whose raw form means
+//!   something else (`/`, `%`, `;`, `?`, `#`) or may not appear raw in a URI (space,
+//!   controls, `"`, `<`, `>`, `[`, `]`, `^`, `` ` ``, `{`, `|`, `}`, DEL, bytes ≥ 0x80):
+//!   the normal form is an RFC 3986 path, forwarded as the request target under
+//!   [`ForwardPath::Normalised`].
 //!
-//! and the spellings that servers read in different ways are refused
-//! ([`PathAmbiguity`]): empty segments (`//`), dot segments (`.` and `..`, also encoded as
-//! `%2E`; RFC 3986 §6.2.2.3 would remove them, but Go's `ServeMux` redirects to the cleaned
-//! path while Werkzeug and Express route them as literal segments, so the gateway cannot
-//! tell which resource they name), `\` (raw or `%5C`; some servers read it as `/`), NUL
-//! (`%00`), `;params` (Tomcat and Spring strip them, others keep them) and a `%` not
-//! followed by two hex digits. An encoded `/` (`%2F`) and a trailing `/` are reported
+//! The spellings that servers read in different ways are refused ([`PathAmbiguity`]): empty
+//! segments (`//`), dot segments (`.` and `..`, also encoded as `%2E`; RFC 3986 §6.2.2.3
+//! would remove them, but Go's `ServeMux` redirects to the cleaned path while Werkzeug and
+//! Express route them as literal segments, so the gateway cannot tell which resource they
+//! name), `\` (raw or `%5C`; some servers read it as `/`), NUL (`%00`), `;params` (Tomcat
+//! and Spring strip them, others keep them), a `%` not followed by two hex digits, and
+//! bytes ≥ 0x80 that are not UTF-8 (`%C0%AF`, `%FF`: RFC 3629 §4; servers replace, re-read
+//! or refuse them). An encoded `/` (`%2F`) and a trailing `/` are reported
 //! ([`NormalPath::encoded_slash`], [`NormalPath::trailing_slash`]) for the route's settings
 //! to decide ([`EncodedSlash`], [`TrailingSlash`]).
 //!
@@ -26,16 +36,22 @@
 //! use idemgate_tower::path::{normalise, PathAmbiguity};
 //!
 //! assert_eq!(normalise("/%63harges").unwrap().as_str(), "/charges");
+//! assert_eq!(normalise("/users/a%40b").unwrap().as_str(), "/users/a@b");
+//! assert_eq!(normalise("/caf\u{e9}").unwrap().as_str(), "/caf%C3%A9");
 //! assert_eq!(normalise("/a%2fb").unwrap().as_str(), "/a%2Fb");
 //! assert_eq!(normalise("//charges").unwrap_err(), PathAmbiguity::EmptySegment);
 //! assert_eq!(normalise("/charges;x=1").unwrap_err(), PathAmbiguity::Params);
+//! assert_eq!(normalise("/%C0%AF").unwrap_err(), PathAmbiguity::InvalidUtf8);
 //! ```
 
 use std::borrow::Cow;
 use std::fmt;
 
+mod escape;
 mod settings;
 
+use escape::segment_normal_form;
+pub(crate) use escape::text_normal_form;
 pub use settings::{EncodedSlash, ForwardPath, TrailingSlash, Unmatched};
 
 /// Why a path is refused: a spelling that servers read in different ways.
@@ -58,6 +74,9 @@ pub enum PathAmbiguity {
     Params,
     /// A `%` not followed by two hex digits.
     BadEscape,
+    /// Bytes ≥ 0x80 (raw or escaped) that are not UTF-8 (RFC 3629 §4): `%FF`, the overlong
+    /// `%C0%AF`, a surrogate, a sequence cut short.
+    InvalidUtf8,
     /// A trailing `/` that a route's template does not have (or the reverse), on a route
     /// with [`TrailingSlash::Refuse`]; for a path that matches no route, any trailing `/`
     /// under the default route's `Refuse`.
@@ -76,6 +95,7 @@ impl fmt::Display for PathAmbiguity {
             Self::Nul => "an encoded NUL (`%00`)",
             Self::Params => "path parameters (`;`)",
             Self::BadEscape => "a `%` that is not followed by two hex digits",
+            Self::InvalidUtf8 => "escapes that are not UTF-8 (e.g. `%FF` or `%C0%AF`)",
             Self::TrailingSlash => {
                 "a trailing slash where the route has none, or none where it has one"
             }
@@ -156,72 +176,6 @@ pub fn normalise(path: &str) -> Result<NormalPath<'_>, PathAmbiguity> {
         path: out.map_or(Cow::Borrowed(path), Cow::Owned),
         encoded_slash,
     })
-}
-
-/// One segment in normal form: unreserved escapes decoded, others in upper case.
-fn segment_normal_form<'s>(
-    segment: &'s str,
-    encoded_slash: &mut bool,
-) -> Result<Cow<'s, str>, PathAmbiguity> {
-    let bytes = segment.as_bytes();
-    let mut out: Option<String> = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b';' => return Err(PathAmbiguity::Params),
-            b'\\' => return Err(PathAmbiguity::Backslash),
-            b'%' => {
-                let (hi, lo) = match (bytes.get(i + 1), bytes.get(i + 2)) {
-                    (Some(&hi), Some(&lo)) => (hex(hi)?, hex(lo)?),
-                    _ => return Err(PathAmbiguity::BadEscape),
-                };
-                let byte = hi << 4 | lo;
-                match byte {
-                    0 => return Err(PathAmbiguity::Nul),
-                    b'\\' => return Err(PathAmbiguity::Backslash),
-                    b'/' => *encoded_slash = true,
-                    _ => {}
-                }
-                let as_sent = &segment[i..i + 3];
-                if is_unreserved(byte) {
-                    out.get_or_insert_with(|| segment[..i].to_owned())
-                        .push(char::from(byte));
-                } else if as_sent.bytes().any(|b| b.is_ascii_lowercase()) {
-                    out.get_or_insert_with(|| segment[..i].to_owned())
-                        .push_str(&as_sent.to_ascii_uppercase());
-                } else if let Some(out) = &mut out {
-                    out.push_str(as_sent);
-                }
-                i += 3;
-                continue;
-            }
-            _ => {}
-        }
-        // Copy the run up to the next byte that needs a look.
-        let end = bytes[i..]
-            .iter()
-            .position(|b| matches!(b, b';' | b'\\' | b'%'))
-            .map_or(bytes.len(), |n| i + n);
-        if let Some(out) = &mut out {
-            out.push_str(&segment[i..end]);
-        }
-        i = end;
-    }
-    Ok(out.map_or(Cow::Borrowed(segment), Cow::Owned))
-}
-
-fn hex(b: u8) -> Result<u8, PathAmbiguity> {
-    match b {
-        b'0'..=b'9' => Ok(b - b'0'),
-        b'a'..=b'f' => Ok(b - b'a' + 10),
-        b'A'..=b'F' => Ok(b - b'A' + 10),
-        _ => Err(PathAmbiguity::BadEscape),
-    }
-}
-
-/// RFC 3986 §2.3: `ALPHA / DIGIT / "-" / "." / "_" / "~"`.
-fn is_unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
 /// `path` (in normal form) with its ASCII letters in lower case, escapes left as they are

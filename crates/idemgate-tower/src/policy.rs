@@ -13,9 +13,11 @@ use crate::principal::PrincipalSource;
 use crate::template::parse_method;
 
 mod matching;
+mod overrides;
 mod status;
 
-pub use matching::Resolution;
+pub use matching::{Resolution, MAX_SCOPE_ROUTE_BYTES};
+pub use overrides::DEFAULT_OVERRIDE_HEADERS;
 
 pub use status::{StatusAction, StatusPattern, StatusRules};
 
@@ -216,10 +218,19 @@ pub struct Policy {
     /// The path a covered request is forwarded (and fingerprinted) with: as sent
     /// ([`ForwardPath::AsSent`], the default) or in normal form ([`ForwardPath::Normalised`]).
     pub forward_path: ForwardPath,
+    /// Request headers that make some upstream run another path or method than the
+    /// request line names (gunicorn's `SCRIPT_NAME`, method-override headers, ...): a
+    /// covered request carrying one gets `400 ambiguous-request`, with or without a key,
+    /// nothing stored or forwarded. Defaults to [`DEFAULT_OVERRIDE_HEADERS`], which says
+    /// who reads each; empty when a proxy in front strips them.
+    pub override_headers: Vec<HeaderName>,
     routes: Vec<(String, Arc<RoutePolicy>)>,
     matchers: HashMap<Method, matchit::Router<usize>>,
     /// The case-insensitive routes, by their templates in lower case.
     folded: HashMap<Method, matchit::Router<usize>>,
+    /// Whether some route has [`TrailingSlash::Same`] (then a path a route matches as it
+    /// is is checked against the routes its trailing-slash toggle reaches).
+    trailing_same: bool,
 }
 
 /// The most parameters (`{name}`, `{*rest}`) a route template may have.
@@ -246,8 +257,10 @@ impl Default for Policy {
             routes: Vec::new(),
             matchers: HashMap::new(),
             folded: HashMap::new(),
+            trailing_same: false,
             unmatched: Unmatched::Default,
             forward_path: ForwardPath::AsSent,
+            override_headers: overrides::default_override_headers(),
         }
     }
 }
@@ -301,7 +314,7 @@ impl Policy {
             return Err(bad(format!("more than {MAX_ROUTE_PARAMS} parameters")));
         }
         let index = self.routes.len();
-        self.insert_matcher(&method, path, index, policy.case_insensitive)
+        self.insert_matcher(&method, path, index, &policy)
             .map_err(bad)?;
         if !self.methods.contains(&method) {
             self.methods.push(method.clone());

@@ -113,6 +113,31 @@ pub enum IdempotencyRejection {
     /// `400`: the request path is spelled in a way servers read differently (see
     /// [`crate::path`]); nothing was stored or forwarded, with or without a key.
     AmbiguousPath(PathAmbiguity),
+    /// `400` (`ambiguous-path`): the path matches `route` as it is and `sibling` only
+    /// through letter-case folding or a trailing slash (see
+    /// [`Policy::resolve`](crate::Policy::resolve)), so servers disagree on which handler
+    /// runs; nothing was stored or forwarded, with or without a key.
+    AmbiguousRoute {
+        /// The route the path matches as it is (`METHOD /template`).
+        route: String,
+        /// The route it reaches through folding or a trailing slash.
+        sibling: String,
+    },
+    /// `400` (`ambiguous-request`): the method is a covered one in another letter case
+    /// (`post`); some servers route it as the covered one. Nothing was stored or
+    /// forwarded, with or without a key.
+    AmbiguousMethod {
+        /// The method as sent.
+        method: String,
+    },
+    /// `414`: the scope of a covered request that matches no route (`METHOD /path`, in
+    /// normal form) is longer than the limit
+    /// ([`MAX_SCOPE_ROUTE_BYTES`](crate::policy::MAX_SCOPE_ROUTE_BYTES)), so it could not be
+    /// stored; nothing was stored or forwarded.
+    PathTooLong {
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// `404`: the path matches no route and the policy refuses such requests
     /// ([`Unmatched::Refuse`](crate::path::Unmatched::Refuse)); nothing was forwarded.
     NoSuchRoute,
@@ -120,6 +145,14 @@ pub enum IdempotencyRejection {
     /// `Content-Encoding`, one of the route's `fingerprint_headers`), or `Content-Length`
     /// has differing values; nothing was stored or forwarded.
     AmbiguousRequest {
+        /// The header's name, in lower case.
+        header: String,
+    },
+    /// `400` (`ambiguous-request`): a covered request carries a header that makes some
+    /// upstream run another path or method than its request line names
+    /// ([`Policy::override_headers`](crate::Policy::override_headers)); nothing was stored or
+    /// forwarded, with or without a key.
+    OverrideHeader {
         /// The header's name, in lower case.
         header: String,
     },
@@ -145,8 +178,12 @@ impl IdempotencyRejection {
             Self::MissingPrincipal | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
             Self::AmbiguousPrincipal { .. }
             | Self::AmbiguousPath(_)
-            | Self::AmbiguousRequest { .. } => StatusCode::BAD_REQUEST,
+            | Self::AmbiguousRoute { .. }
+            | Self::AmbiguousMethod { .. }
+            | Self::AmbiguousRequest { .. }
+            | Self::OverrideHeader { .. } => StatusCode::BAD_REQUEST,
             Self::NoSuchRoute => StatusCode::NOT_FOUND,
+            Self::PathTooLong { .. } => StatusCode::URI_TOO_LONG,
             Self::BodyTooLarge { .. } | Self::DecodedBodyTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -192,9 +229,11 @@ impl IdempotencyRejection {
             Self::OperationPanicked => "operation-panicked",
             Self::Internal => "internal",
             Self::PrincipalLimited { .. } => "principal-limited",
-            Self::AmbiguousPath(_) => "ambiguous-path",
+            Self::AmbiguousPath(_) | Self::AmbiguousRoute { .. } => "ambiguous-path",
+            Self::AmbiguousMethod { .. } => "ambiguous-request",
+            Self::PathTooLong { .. } => "path-too-long",
             Self::NoSuchRoute => "no-such-route",
-            Self::AmbiguousRequest { .. } => "ambiguous-request",
+            Self::AmbiguousRequest { .. } | Self::OverrideHeader { .. } => "ambiguous-request",
         }
     }
 
@@ -225,9 +264,11 @@ impl IdempotencyRejection {
             Self::OperationPanicked => "Operation failed",
             Self::Internal => "Internal error",
             Self::PrincipalLimited { .. } => "Too many requests from this caller",
-            Self::AmbiguousPath(_) => "Ambiguous request path",
+            Self::AmbiguousPath(_) | Self::AmbiguousRoute { .. } => "Ambiguous request path",
+            Self::AmbiguousMethod { .. } => "Ambiguous request",
+            Self::PathTooLong { .. } => "Request path too long",
             Self::NoSuchRoute => "No such route",
-            Self::AmbiguousRequest { .. } => "Ambiguous request",
+            Self::AmbiguousRequest { .. } | Self::OverrideHeader { .. } => "Ambiguous request",
         }
     }
 
@@ -264,8 +305,12 @@ impl IdempotencyRejection {
             Self::PrincipalLimited { kind: LimitKind::InFlight, .. } => "Too many of your requests are in progress on this operation; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
             Self::PrincipalLimited { kind: LimitKind::NewKeys, .. } => "You are sending new idempotency keys faster than this operation allows; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
             Self::AmbiguousPath(why) => format!("The request path holds {why}, which servers read in different ways, so it is not clear which operation it names. Nothing was stored or forwarded. Send the path in its plain form (e.g. `/charges`, not `//charges`, `/./charges` or `/charges;x=1`)."),
+            Self::AmbiguousRoute { route, sibling } => format!("The request path matches the route `{route}` as it is and the route `{sibling}` through letter case or a trailing slash, and servers disagree on which of the two runs. Nothing was stored or forwarded. Send the path exactly as the operation's route spells it."),
+            Self::AmbiguousMethod { method } => format!("The method `{method}` is a method this API covers in another letter case; some servers run it as that method, others as another one, so it is not clear which operation, and which idempotency record, this request is. Nothing was stored or forwarded. Send the method in upper case (e.g. `POST`)."),
+            Self::PathTooLong { limit } => format!("The request path is too long for an idempotency record: its method and path in normal form exceed {limit} bytes. Nothing was stored or forwarded. Send a shorter path (move long values into the body)."),
             Self::NoSuchRoute => "No route of this API matches the request's method and path, and requests outside its routes are refused. Nothing was forwarded. Check the path and its spelling.".into(),
             Self::AmbiguousRequest { header } => format!("The `{header}` header appears more than once or with differing values, so the API could read this request differently from the way idemgate recorded it. Nothing was stored or forwarded. Send the header once."),
+            Self::OverrideHeader { header } => format!("The `{header}` header makes some servers run another path or method than the request line names (a path prefix stripped, a POST run as PATCH), so it is not clear which operation, and which idempotency record, this request is. Nothing was stored or forwarded. Send the request without it, with the method and path of the operation itself."),
         }
     }
 

@@ -21,10 +21,13 @@ use crate::replay::IDEMPOTENT_TAKEOVER;
 
 /// The idempotency middleware. For each request:
 ///
-/// 1. A method that is not covered passes through untouched (its future is not boxed).
+/// 1. A method that is not covered passes through untouched (its future is not boxed); a
+///    covered one in another letter case (`post`) gets `400 ambiguous-request`.
 /// 2. The path is matched in normal form ([`Policy::resolve`]): a spelling servers read
 ///    differently gets `400 ambiguous-path`, an unmatched path `404` under
-///    [`Unmatched::Refuse`](crate::path::Unmatched::Refuse), with or without a key. The key
+///    [`Unmatched::Refuse`](crate::path::Unmatched::Refuse), with or without a key; so does
+///    a header that makes some upstream run another path or method
+///    ([`Policy::override_headers`]: `400 ambiguous-request`). The key
 ///    header is parsed (`400` if malformed); without one, the request passes through, or
 ///    gets `400` if the route requires a key. A keyed request that repeats `Content-Type`,
 ///    `Content-Encoding` or a `fingerprint_headers` header gets `400 ambiguous-request`.
@@ -139,7 +142,7 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         // Reserved: only idemgate says a request is a takeover; never trusted from clients.
         req.headers_mut().remove(IDEMPOTENT_TAKEOVER);
-        if !self.policy.methods.contains(req.method()) {
+        if self.policy.passes_untouched(req.method()) {
             let uncovered = self.meters.uncovered().clone();
             return ResponseFuture::pass_through(self.inner.call(req.map(boxed)), uncovered);
         }

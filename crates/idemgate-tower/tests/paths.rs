@@ -208,3 +208,108 @@ async fn repeated_body_and_fingerprint_headers_are_ambiguous() {
     let once = post("/charges", Some("key-headers-1")).header("x-account", "acct_1");
     assert_eq!(h.send(once).await.status(), 201);
 }
+
+/// A header that makes the upstream run another path (`SCRIPT_NAME`: gunicorn strips the
+/// prefix) or method (`X-HTTP-Method-Override`) is refused, keyed or not, on a route that
+/// requires a key and on an unmatched path; an empty list lets such requests through.
+#[tokio::test]
+async fn path_and_method_override_headers_are_ambiguous_unless_turned_off() {
+    let key_required = RoutePolicy {
+        key_required: true,
+        ..RoutePolicy::default()
+    };
+    let h = Harness::new(charges(key_required.clone()));
+    let overrides = [
+        ("/x/charges", "SCRIPT_NAME", "/x"),
+        ("/charges", "X-HTTP-Method-Override", "PATCH"),
+        ("/charges", "x-method-override", "PUT"),
+    ];
+    for (path, name, value) in overrides {
+        for key in [Some("key-override-1"), None] {
+            let resp = h.send(post(path, key).header(name, value)).await;
+            assert_eq!(problem(resp, 400).await, "ambiguous-request", "{name}");
+        }
+    }
+    assert_eq!(h.calls(), 0, "nothing forwarded");
+    assert_eq!(h.store.len(), 0, "nothing stored");
+    let plain = h.send(post("/charges", Some("key-override-1"))).await;
+    assert_eq!(plain.status(), 201);
+    assert_eq!(h.calls(), 1);
+
+    let mut off = charges(key_required);
+    off.override_headers.clear();
+    let h = Harness::new(off);
+    let req = post("/x/charges", Some("key-override-2")).header("script_name", "/x");
+    assert_eq!(h.send(req).await.status(), 201);
+    let req = post("/charges", Some("key-override-3")).header("x-http-method-override", "PATCH");
+    assert_eq!(h.send(req).await.status(), 201);
+    assert_eq!(h.calls(), 2, "forwarded when the list is empty");
+}
+
+/// A request with `method` spelled as given, e.g. `post`.
+fn with_method(method: &str, path: &str, key: Option<&str>) -> http::request::Builder {
+    post(path, key).method(http::Method::from_bytes(method.as_bytes()).unwrap())
+}
+
+#[tokio::test]
+async fn escapes_of_characters_allowed_raw_share_the_scope_of_the_raw_spelling() {
+    let h = Harness::new(Policy::default());
+    let key = Some("key-at-sign-1");
+    let first = h.send(post("/users/alice@example.com/charges", key)).await;
+    assert_eq!(first.status(), 201);
+    // Same scope; the fingerprint reads the path as forwarded (as sent): a mismatch.
+    let again = h
+        .send(post("/users/alice%40example.com/charges", key))
+        .await;
+    assert_eq!(problem(again, 422).await, "fingerprint-mismatch");
+    let mut policy = Policy::default();
+    policy.forward_path = ForwardPath::Normalised;
+    let n = Harness::new(policy);
+    let key = Some("key-utf8-0001");
+    assert_eq!(n.send(post("/caf%c3%a9/%3a", key)).await.status(), 201);
+    assert_eq!(*n.seen.lock().unwrap(), "/caf%C3%A9/:");
+    let retry = n.send(post("/caf\u{e9}/:", key)).await;
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    let bad = n.send(post("/caf%C0%AF", key)).await;
+    assert_eq!(problem(bad, 400).await, "ambiguous-path");
+    assert_eq!((h.calls(), n.calls()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_covered_method_in_another_case_sibling_templates_and_long_paths_are_refused() {
+    let same = RoutePolicy {
+        trailing_slash: TrailingSlash::Same,
+        case_insensitive: true,
+        ..RoutePolicy::default()
+    };
+    let policy = Policy::default()
+        .with_route("POST /api/pay", same)
+        .unwrap()
+        .with_route("POST /api/{resource}", RoutePolicy::default())
+        .unwrap()
+        .with_route("POST /{*rest}", RoutePolicy::default())
+        .unwrap();
+    let h = Harness::new(policy);
+    let long = format!("/{}", "x".repeat(2000));
+    for key in [Some("key-refused-2"), None] {
+        for method in ["post", "Post", "patch"] {
+            let resp = h.send(with_method(method, "/api/pay", key)).await;
+            assert_eq!(problem(resp, 400).await, "ambiguous-request", "{method}");
+        }
+        for path in ["/api/PAY", "/api/pay/"] {
+            let resp = h.send(post(path, key)).await;
+            assert_eq!(problem(resp, 400).await, "ambiguous-path", "{path}");
+        }
+    }
+    let unmatched = Harness::new(Policy::default());
+    for key in [Some("key-refused-3"), None] {
+        let resp = unmatched.send(post(&long, key)).await;
+        assert_eq!(problem(resp, 414).await, "path-too-long");
+    }
+    assert_eq!((h.calls(), unmatched.calls()), (0, 0));
+    assert_eq!(h.store.len() + unmatched.store.len(), 0);
+    // The exact spelling runs, once.
+    let ok = h.send(post("/api/pay", Some("key-refused-4"))).await;
+    assert_eq!(ok.status(), 201);
+    assert_eq!(h.calls(), 1);
+}

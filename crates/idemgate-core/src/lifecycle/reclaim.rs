@@ -115,6 +115,8 @@ where
                     return release(lifecycle, lease, until).await
                 }
                 Ok(Ok((_, InsertOutcome::Existing { .. }))) => return,
+                // The store answered: nothing was inserted.
+                Ok(Err(e)) if !e.outcome_unknown() => return,
                 Ok(Err(_)) => {
                     // It may have inserted up to now: the record lives a TTL from here.
                     until = until.max(Instant::now() + entry.record_ttl);
@@ -156,9 +158,11 @@ async fn release<St: IdempotencyStore>(lifecycle: &Lifecycle<St>, lease: Lease, 
 enum Looked {
     /// The record is `in_progress` under this request's token: the lease to release it.
     Ours(Lease),
-    /// No record, or one that is not this request's.
+    /// No record, or one that is not this request's, or a definite error for the key (a
+    /// route the store cannot hold: no insert of it can have landed), which ends the
+    /// follow-up like "no record" instead of polling until the TTL.
     NotOurs,
-    /// The store did not answer.
+    /// The store did not answer (or its outcome is unknown).
     NoAnswer,
 }
 
@@ -177,6 +181,7 @@ async fn look<St: IdempotencyStore>(
             })
         }
         Ok(_) => Looked::NotOurs,
+        Err(e) if !e.outcome_unknown() => Looked::NotOurs,
         Err(_) => Looked::NoAnswer,
     }
 }

@@ -7,7 +7,9 @@
 //! `release` deletes exactly the records it showed (each compared on its state, fence,
 //! lease and times in the store, atomically), so a holder that renewed, completed or took
 //! over a record meanwhile keeps it, and the command says so. A record whose operation may
-//! have run (`in_progress`, `failed`, `completed`) is only released with `--force`.
+//! have run (`in_progress`, `failed`, `completed`) is only released with `--force`, and an
+//! `in_progress` or `failed` one whose attempt may still be running at the upstream (by
+//! the gateways' `upstream_timeout`, `window`) only with `--upstream-stopped` as well.
 //! `resolve` ([`resolve()`]) records the outcome instead. Both write an audit entry
 //! ([`AUDIT_TARGET`]).
 
@@ -20,13 +22,16 @@ use idemgate_core::{now_millis, IdempotencyKey, IdempotencyStore, RawRecord, Rec
 use idemgate_tower::PrincipalSource;
 
 use self::audit::Entry;
+use self::window::Limits;
 use crate::cli::StoreArgs;
 use crate::store::{AnyStore, StoreUrl};
 
 mod any;
 mod audit;
+mod gateway;
 mod output;
 mod resolve;
+mod window;
 
 pub use audit::{ResolvedView, TARGET as AUDIT_TARGET};
 pub use output::{print_records, print_stats, RecordView, StatsView};
@@ -47,8 +52,10 @@ pub struct Selector {
     /// The principal the record belongs to, as stored (e.g. `auth:0123...`, `hdr:alice`).
     #[arg(long, conflicts_with = "authorization")]
     pub principal: Option<String>,
-    /// The caller's `Authorization` header value: the principal is computed from it as the
-    /// gateway's default principal source does (`auth:` + its SHA-256).
+    /// The caller's `Authorization` header value: the principal is computed from it by the
+    /// principal source of --route (else of `[defaults]`) in --config: `auth:` + its
+    /// SHA-256 by default, its HMAC with `principal_hash_key_file`, the verified token's
+    /// claim with `jwt:CLAIM` (pass `"Bearer <token>"`); a `header:` source needs --principal.
     #[arg(long)]
     pub authorization: Option<String>,
     /// Print JSON instead of a table (fields: README, "Operations").
@@ -80,6 +87,12 @@ pub struct ReleaseArgs {
     /// `completed`): the next retry runs it again. If it ran, use `resolve` instead.
     #[arg(long)]
     pub force: bool,
+    /// The API can no longer be running this request: its workers were restarted or its
+    /// own timeout has passed. Without it, an `in_progress` or `failed` record is refused
+    /// until the gateways' `upstream_timeout` (+ 5 s) has passed since its attempt's last
+    /// lease or its failure, the earliest "it did not run" can be concluded.
+    #[arg(long)]
+    pub upstream_stopped: bool,
     /// Who is releasing, for the audit entry (default: `$SUDO_USER`, `$USER`, the uid).
     #[arg(long)]
     pub operator: Option<String>,
@@ -121,15 +134,8 @@ impl Selector {
     /// default source (the header's hash).
     fn principal_of(&self, value: &str) -> anyhow::Result<String> {
         let source = match &self.store.config {
-            Some(path) => {
-                let mut config = crate::config::Config::from_file(path)?;
-                // An operator's file may name only the store; the upstream plays no part here.
-                if config.upstream.trim().is_empty() {
-                    config.upstream = "http://127.0.0.1:1".into();
-                }
-                let valid = config.validate().map_err(|errs| {
-                    anyhow::anyhow!("invalid configuration:\n  {}", errs.join("\n  "))
-                })?;
+            Some(_) => {
+                let valid = gateway::load(&self.store)?;
                 let policy = &valid.policy;
                 let route = self.route.as_deref();
                 let rp = policy
@@ -175,7 +181,30 @@ pub(super) async fn find(select: &Selector) -> anyhow::Result<(AnyStore, Listing
         .list_key(&filter)
         .await
         .context("cannot list the key")?;
+    if listing.records.is_empty() {
+        note_route(select);
+    }
     Ok((store, listing))
+}
+
+/// On standard error: a note when `--route` is not a route template of `--config` (a typo
+/// of one, or a route no record can have), so "no record matches" is not read as "the key
+/// has no record". Nothing when the file cannot be read: the note is only a hint.
+fn note_route(select: &Selector) {
+    let (Some(route), Some(file)) = (&select.route, &select.store.config) else {
+        return;
+    };
+    let Ok(config) = gateway::load(&select.store) else {
+        return;
+    };
+    if let Some(note) = gateway::route_note(&config.policy, route, file) {
+        eprintln!("{note}");
+    }
+}
+
+/// How long the gateways of `store`'s configuration let an attempt run.
+fn limits(store: &StoreArgs) -> anyhow::Result<Limits> {
+    Ok(Limits::new(&gateway::load(store)?, store.config.is_some()))
 }
 
 /// `idemgate inspect`: prints the matching records.
@@ -183,8 +212,16 @@ pub(super) async fn find(select: &Selector) -> anyhow::Result<(AnyStore, Listing
 /// # Errors
 /// Bad flags, or a store that cannot be opened or read.
 pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    // Only for `may_run_until`: a file this host cannot fully validate (e.g. the gateways'
+    // TLS files are elsewhere) must not keep an operator from seeing the records.
+    let limits = limits(&args.select.store)
+        .inspect_err(|e| eprintln!("note: may_run_until not shown: {e:#}"))
+        .ok();
     let (_store, listing) = find(&args.select).await?;
-    let views = RecordView::all(&listing, args.select.show_body);
+    let mut views = RecordView::all(&listing, args.select.show_body);
+    if let Some(limits) = limits {
+        limits.annotate(&mut views, &listing);
+    }
     let mut out = std::io::stdout().lock();
     output::print_records(&mut out, &views, listing.now, args.select.json)?;
     if views.is_empty() && !args.select.json {
@@ -197,15 +234,18 @@ pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
 /// audit entry for each.
 ///
 /// # Errors
-/// No record matches; a record whose operation may have run without `--force`; no
+/// No record matches; a record whose operation may have run without `--force`; one whose
+/// attempt may still be running at the upstream without `--upstream-stopped`; no
 /// confirmation; a record that changed since it was shown (the others are released); a
 /// store error.
 pub async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     let select = &args.select;
     let by = audit::operator(args.operator.as_deref());
     audit::use_log_secret(&select.store)?;
+    let limits = limits(&select.store)?;
     let (store, listing) = find(select).await?;
     let mut views = RecordView::all(&listing, select.show_body);
+    limits.annotate(&mut views, &listing);
     let mut out = std::io::stdout().lock();
     if views.is_empty() {
         bail!("no record matches; nothing to release");
@@ -215,6 +255,10 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     }
     if !args.force {
         refuse_unforced(&views)?;
+    }
+    refuse_in_flight(&views)?;
+    if !args.upstream_stopped {
+        limits.refuse_running(&listing)?;
     }
     if !args.yes {
         let n = views.len();
@@ -231,7 +275,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         view.outcome = Some(if deleted { "released" } else { "changed" });
         changed += usize::from(!deleted);
         if deleted {
-            audit::record(&released(&by, raw, view))?;
+            audit::record(&released(&by, raw, view, args.upstream_stopped))?;
         }
         if !select.json {
             writeln!(out, "{}", view.outcome_line())?;
@@ -257,12 +301,19 @@ fn refuse_unforced(views: &[RecordView]) -> anyhow::Result<()> {
         parsed.filter(|s| states.contains(s)).count()
     };
     let done = count(&[RecordState::Completed]);
-    let unsure = count(&[RecordState::InProgress, RecordState::Failed]);
+    // A record whose state cannot be read may hold any of them: it counts as unsure.
+    let unreadable = views
+        .iter()
+        .filter(|v| v.condition != "expired")
+        .filter(|v| v.state.as_deref().and_then(RecordState::parse).is_none())
+        .count();
+    let unsure = count(&[RecordState::InProgress, RecordState::Failed]) + unreadable;
     if unsure > 0 {
         bail!(
-            "{unsure} of these records is in_progress or failed: the operation may have run; \
-             the next retry runs it again. If it ran, record its outcome with `idemgate \
-             resolve`; if it did not, pass --force. Nothing was released"
+            "{unsure} of these records is in_progress, failed or unreadable: the operation may \
+             have run; the next retry runs it again. If it ran, record its outcome with \
+             `idemgate resolve`; if it did not (and it can no longer be running at the \
+             upstream), pass --force. Nothing was released"
         );
     }
     if done > 0 {
@@ -275,8 +326,29 @@ fn refuse_unforced(views: &[RecordView]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The audit entry of a released record.
-fn released<'a>(by: &'a Operator, raw: &'a RawRecord, view: &RecordView) -> Entry<'a> {
+/// Refuses, even with `--force` and `--upstream-stopped`, a record whose lease is live: a
+/// gateway is running its attempt now and will record the outcome; released, a retry would
+/// run the operation beside it.
+fn refuse_in_flight(views: &[RecordView]) -> anyhow::Result<()> {
+    let live = views.iter().filter(|v| v.condition == "in_flight").count();
+    if live > 0 {
+        bail!(
+            "{live} of these records is in flight: a gateway holds a live lease and is running \
+             the operation now; wait for its outcome (inspect again after the lease). Nothing \
+             was released"
+        );
+    }
+    Ok(())
+}
+
+/// The audit entry of a released record; `stopped`: the operator passed
+/// `--upstream-stopped`, and that is part of the trail.
+fn released<'a>(
+    by: &'a Operator,
+    raw: &'a RawRecord,
+    view: &RecordView,
+    stopped: bool,
+) -> Entry<'a> {
     let state = view.state.as_deref().unwrap_or("unknown");
     let fence = view.fence.map_or("-".into(), |f| f.to_string());
     Entry {
@@ -285,7 +357,12 @@ fn released<'a>(by: &'a Operator, raw: &'a RawRecord, view: &RecordView) -> Entr
         at: now_millis(),
         scope: &raw.key,
         from: format!("{state} ({}), fence {fence}", view.condition),
-        to: "deleted: the next retry runs the operation".into(),
+        to: match stopped {
+            true => "deleted: the next retry runs the operation (--upstream-stopped: the \
+                     operator says the API can no longer be running it)"
+                .into(),
+            false => "deleted: the next retry runs the operation".into(),
+        },
     }
 }
 

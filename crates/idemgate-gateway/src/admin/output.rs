@@ -52,6 +52,11 @@ pub struct RecordView {
     /// Who resolved the record with `idemgate resolve`, when, from which state, and what
     /// retries get; `None` for a record the operation's own outcome completed.
     pub resolved: Option<ResolvedView>,
+    /// `inspect` and `release`: until when (ms since the epoch, store clock) the attempt of
+    /// an `in_progress` or `failed` record may still be running at the upstream, by the
+    /// gateways' `upstream_timeout` (see `admin::window`); absent when it cannot be.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub may_run_until: Option<UnixMillis>,
     /// `release` only: `released`, or `changed` (kept: it changed since it was shown);
     /// `resolve`: `resolved`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -110,6 +115,7 @@ impl RecordView {
                 .filter(|_| show_body)
                 .map(|b| String::from_utf8_lossy(b).into_owned()),
             resolved: ResolvedView::of(raw),
+            may_run_until: None,
             outcome: None,
         }
     }
@@ -227,6 +233,14 @@ pub fn print_records(
         }
         if let Some(r) = &v.resolved {
             writeln!(out, "  {}", r.line())?;
+        }
+        if let Some(t) = v.may_run_until {
+            let t = super::audit::time(t);
+            let why = "by the gateways' upstream_timeout; release refuses it until then";
+            writeln!(
+                out,
+                "  may still be running at the upstream until {t} ({why})"
+            )?;
         }
         if let Some(b) = &v.body {
             writeln!(out, "  body: {b}")?;

@@ -18,6 +18,7 @@ use idemgate_core::admin::{
     check_resolvable, resolve as resolve_record, AdminStore, Listing, NotResolvable,
     OperatorOutcome, ResolveError, Resolved,
 };
+use idemgate_core::integrity::MAX_STORED_RESPONSE_BYTES;
 use idemgate_core::{IdempotencyRecord, RawRecord};
 
 use super::audit::{self, Entry};
@@ -65,32 +66,49 @@ impl ResolveArgs {
     /// # Errors
     /// An unreadable body file, a malformed or reserved header, an outcome no store keeps.
     pub fn outcome(&self) -> anyhow::Result<OperatorOutcome> {
-        let outcome =
-            match (&self.detail, self.not_replayable) {
-                (Some(detail), true) => OperatorOutcome::NotReplayable {
-                    status: self.status,
-                    detail: detail.clone(),
+        let outcome = match (&self.detail, self.not_replayable) {
+            (Some(detail), true) => OperatorOutcome::NotReplayable {
+                status: self.status,
+                detail: detail.clone(),
+            },
+            _ => OperatorOutcome::Replayable {
+                status: self.status,
+                headers: self
+                    .headers
+                    .iter()
+                    .map(|h| header(h))
+                    .collect::<Result<_, _>>()?,
+                body: match &self.body_file {
+                    Some(path) => body_file(path)?,
+                    None => Bytes::new(),
                 },
-                _ => OperatorOutcome::Replayable {
-                    status: self.status,
-                    headers: self
-                        .headers
-                        .iter()
-                        .map(|h| header(h))
-                        .collect::<Result<_, _>>()?,
-                    body: match &self.body_file {
-                        Some(path) => Bytes::from(std::fs::read(path).with_context(|| {
-                            format!("--body-file: cannot read {}", path.display())
-                        })?),
-                        None => Bytes::new(),
-                    },
-                },
-            };
+            },
+        };
         outcome
             .check()
             .map_err(|e| anyhow::anyhow!("the outcome cannot be stored: {e}"))?;
         Ok(outcome)
     }
+}
+
+/// The contents of `--body-file`, read up to the most a store keeps
+/// ([`MAX_STORED_RESPONSE_BYTES`]), so `/dev/zero` or a huge file is refused, not buffered.
+fn body_file(path: &std::path::Path) -> anyhow::Result<Bytes> {
+    use std::io::Read;
+    let cannot = || format!("--body-file: cannot read {}", path.display());
+    let file = std::fs::File::open(path).with_context(cannot)?;
+    let mut body = Vec::new();
+    let limit = MAX_STORED_RESPONSE_BYTES as u64;
+    file.take(limit + 1)
+        .read_to_end(&mut body)
+        .with_context(cannot)?;
+    if body.len() as u64 > limit {
+        bail!(
+            "--body-file: {} holds more than {limit} bytes, the most a store keeps",
+            path.display()
+        );
+    }
+    Ok(Bytes::from(body))
 }
 
 /// One `--header 'Name: value'`, refused when a replay would never send it.

@@ -55,6 +55,52 @@ where
         .unwrap_or_default()
 }
 
+/// Parses a header name, naming `field` on error.
+pub(super) fn header_name(
+    field: &str,
+    value: &str,
+    errs: &mut Vec<String>,
+) -> Option<http::HeaderName> {
+    http::HeaderName::from_bytes(value.as_bytes())
+        .map_err(|_| errs.push(format!("{field}: `{value}` is not a header name")))
+        .ok()
+}
+
+/// Parses `methods`, each with [`parse_method`].
+pub(super) fn methods(names: &[String], errs: &mut Vec<String>) -> Vec<http::Method> {
+    let mut methods = Vec::new();
+    for m in names {
+        match parse_method(m) {
+            Ok(m) => methods.push(m),
+            Err(e) => errs.push(format!("methods: {e}")),
+        }
+    }
+    methods
+}
+
+/// Parses `override_headers`: header names, none of them the key header (every keyed
+/// request would be refused).
+pub(super) fn override_headers(
+    config: &super::Config,
+    key_header: Option<&http::HeaderName>,
+    errs: &mut Vec<String>,
+) -> Vec<http::HeaderName> {
+    let field = "override_headers";
+    let mut names = Vec::new();
+    for value in &config.override_headers {
+        let Some(name) = header_name(field, value, errs) else {
+            continue;
+        };
+        if Some(&name) == key_header {
+            errs.push(format!(
+                "{field}: `{value}` is the key header (header_name); every keyed request would be refused"
+            ));
+        }
+        names.push(name);
+    }
+    names
+}
+
 /// Parses a method name. Methods are case-sensitive (RFC 9110 §9.1), so `post` is not
 /// `POST`: a lower-case spelling of a standard method is refused, since it would silently
 /// cover nothing (the rule `Policy::with_route` applies to route templates).

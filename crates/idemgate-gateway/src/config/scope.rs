@@ -7,6 +7,10 @@
 //! attempt, where it finds nothing and runs again: the double execution idemgate exists to
 //! prevent. `crate::reload` refuses such a reload unless the file allows it.
 //!
+//! Settings that only refuse requests are not scope settings: `override_headers` decides
+//! which requests get `400 ambiguous-request`, and a refused request stores nothing, so a
+//! change of it never sends a retry to a scope other than its first attempt's.
+//!
 //! Adding a scope-relevant setting: a field in [`ScopeSettings`] (or `RouteScope`, per
 //! route), its line in `new` and its `check` line in `changes`.
 

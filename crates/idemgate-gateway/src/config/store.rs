@@ -25,6 +25,20 @@ impl Config {
         }
     }
 
+    /// Reports a `store_token_file` that cannot be read or is empty (unless
+    /// `IDEMGATE_STORE_TOKEN` overrides it).
+    pub(super) fn check_store_token_file(&self, errs: &mut Vec<String>) {
+        let path = self.store_token_file.trim();
+        if path.is_empty() || std::env::var_os("IDEMGATE_STORE_TOKEN").is_some() {
+            return;
+        }
+        match std::fs::read_to_string(path) {
+            Ok(t) if t.trim().is_empty() => errs.push(format!("store_token_file: {path} is empty")),
+            Ok(_) => {}
+            Err(e) => errs.push(format!("store_token_file: cannot read {path}: {e}")),
+        }
+    }
+
     /// The `idemgate://` store's token: `IDEMGATE_STORE_TOKEN`, else `store_token_file`'s
     /// content (unreadable: `None`, and [`Config::validate`] reports it).
     pub(super) fn store_token(&self) -> Option<String> {

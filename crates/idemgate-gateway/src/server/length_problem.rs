@@ -9,7 +9,8 @@
 //!
 //! - reading, it looks at each request head as hyper reads it (the bytes read since the
 //!   last response began, up to the blank line) and applies hyper's own rule to its
-//!   `Content-Length` fields (values that differ, unless a `Transfer-Encoding` came first);
+//!   `Content-Length` fields (values that differ, or a value that is not one plain number,
+//!   like `7, 7` or `+7`, unless a `Transfer-Encoding` came first);
 //! - writing, when that head had such values and hyper's next write is its bare `400` head,
 //!   it writes the `ambiguous-request` problem (with hyper's `Date`, `Connection: close`)
 //!   in its place: hyper closes the connection after it either way.

@@ -1,7 +1,9 @@
 //! `idemgate inspect`, `release` and `stats` (the real binary) on every persistent store,
 //! after a gateway was killed (SIGKILL) mid-request: the stuck key is shown, a retry gets
 //! `outcome-unknown` until an operator releases it (with `--force`: its operation may have
-//! run), then runs once; a completed record is only released with `--force` too.
+//! run; and only once its attempt can no longer be running at the upstream, by the
+//! gateway's `upstream_timeout`), then runs once; a completed record is only released with
+//! `--force` too.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -34,10 +36,15 @@ pub(crate) async fn json(config: &Path, args: &[&str]) -> Value {
 
 const PATH: &str = "/payments?delay_ms=2000";
 
-/// Starts a gateway on `store` (1 s lease, default `lease_expired = "unknown"`), kills it
-/// while the upstream runs a request with key `k`, and waits past the lease.
+/// The gateway's wait for the API in these tests: longer than the 2 s requests, short
+/// enough that a stuck record becomes releasable within seconds.
+pub(crate) const UPSTREAM_TIMEOUT: &str = "upstream_timeout = \"3s\"\n";
+
+/// Starts a gateway on `store` (1 s lease, default `lease_expired = "unknown"`, 3 s
+/// `upstream_timeout`), kills it while the upstream runs a request with key `k`, and waits
+/// past the lease.
 async fn crash_mid_request(store: &Store, up: &Upstream, config: &Path, k: &str) {
-    let policy = "[defaults]\nlease_ttl = \"1s\"\n";
+    let policy = format!("{UPSTREAM_TIMEOUT}[defaults]\nlease_ttl = \"1s\"\n");
     std::fs::write(config, format!("{}{policy}", store.toml())).unwrap();
     let mut gw = spawn_binary(&up.base, config).await;
     let first = tokio::spawn(post(&gw.base, PATH, Some(k), "{}").send());
@@ -67,6 +74,7 @@ async fn a_stuck_key_is_inspected_and_released(backend: Backend) {
     assert_problem(retry, 500, "outcome-unknown").await;
     assert_eq!(up.count(), 1);
 
+    refused_while_it_may_run(&config, &k).await;
     // no terminal and no --yes: refused, nothing removed
     let refused = idemgate(&config, &["release", "--key", &k, "--force"]).await;
     assert!(!refused.status.success());
@@ -183,6 +191,31 @@ async fn assert_stuck_key_shown(config: &Path, k: &str) {
     let stats = json(config, &["stats"]).await;
     assert_eq!(stats["by_state"]["in_progress"], 1, "{stats}");
     assert_eq!(stats["stuck_in_progress"], 1, "{stats}");
+    route_typo_noted(config, &k).await;
+}
+
+/// `inspect --route` with a route that is not one of `--config`'s templates and matches
+/// nothing says so on stderr (the exit stays 0: no record is not an error); the help of
+/// `--authorization` names the route's principal source.
+async fn route_typo_noted(config: &Path, k: &str) {
+    let typo = idemgate(config, &["inspect", "--key", k, "--route", "POST /payment"]).await;
+    assert!(typo.status.success());
+    assert!(String::from_utf8_lossy(&typo.stdout).contains("no record matches"));
+    let note = String::from_utf8_lossy(&typo.stderr);
+    assert!(
+        note.contains("note: `POST /payment` is not a route configured in"),
+        "{note}"
+    );
+    let uncovered = idemgate(config, &["inspect", "--key", k, "--route", "GET /payments"]).await;
+    let note = String::from_utf8_lossy(&uncovered.stderr);
+    assert!(note.contains("GET is not a covered method"), "{note}");
+    let help = Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["inspect", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("principal source of --route"), "{help}");
+    assert!(!help.contains("default principal source does"), "{help}");
 }
 
 /// `release` refuses the completed record of `k` without `--force`; `stats` counts it;
@@ -214,4 +247,42 @@ async fn assert_completed_needs_force(config: &Path, k: &str) {
         json(config, &["inspect", "--key", &k]).await["records"],
         Value::Array(vec![])
     );
+}
+
+/// `release --force` of the stuck record of `k` while its attempt may still be running at
+/// the upstream (inside `upstream_timeout` + 5 s of its lease, by the store's clock) is
+/// refused, naming when it becomes releasable, and deletes nothing; `inspect` shows until
+/// when. Returns once that time has passed.
+async fn refused_while_it_may_run(config: &Path, k: &str) {
+    let refused = idemgate(config, &["release", "--key", k, "--yes", "--force"]).await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    for says in [
+        "may still be running at the upstream",
+        "Releasable from",
+        "upstream_timeout (3s, from --config)",
+        "--upstream-stopped",
+        "Nothing was released",
+    ] {
+        assert!(stderr.contains(says), "{says}: {stderr}");
+    }
+    assert!(!stderr.contains("idemgate audit"), "{stderr}");
+    let shown = json(config, &["inspect", "--key", k]).await;
+    let rec = &shown["records"][0];
+    assert_eq!(rec["state"], "in_progress", "nothing was deleted: {shown}");
+    let (now, until) = (
+        shown["now"].as_i64().unwrap(),
+        rec["may_run_until"].as_i64(),
+    );
+    let until = until.expect("inspect shows until when it may run");
+    let lease = rec["lease_expires_at"].as_i64().unwrap();
+    assert_eq!(until, lease + 3000 + 5000, "{shown}");
+    assert!(until > now, "{shown}");
+    let table = idemgate(config, &["inspect", "--key", k]).await;
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("may still be running at the upstream until"),
+        "{table}"
+    );
+    tokio::time::sleep(Duration::from_millis((until - now) as u64 + 200)).await;
 }

@@ -11,6 +11,10 @@
 //! once per key. The spellings servers disagree on are refused whatever the upstream. Without
 //! a key, no spelling that the upstream executes as `/charges` is forwarded.
 //!
+//! A spelling may carry a header field after ` +` (`/x/charges +script_name:/x`): one that
+//! makes some upstream run another path (gunicorn strips a `SCRIPT_NAME` prefix, trusting
+//! it from `127.0.0.1` by default) is refused with `400 ambiguous-request`.
+//!
 //! Each upstream runs with the settings its users should use: Flask and Go with the defaults
 //! (they route case-sensitively and tell `/charges/` from `/charges`); Express with
 //! `case_insensitive = true` on the route, since Express runs `POST /Charges` as `/charges`:
@@ -37,8 +41,9 @@ const CHARGES: &str = "/charges";
 const A_CHARGES: &str = "/a/charges";
 
 /// A spelling and whether the contract refuses it whatever the upstream (`//`, encoded `/`
-/// or `\`, NUL, `;params`, and a trailing slash under the default `trailing_slash =
-/// "refuse"`). Dot segments may be refused or normalised; either way they share the scope.
+/// or `\`, NUL, `;params`, a trailing slash under the default `trailing_slash =
+/// "refuse"`, an `override_headers` field). Dot segments may be refused or normalised;
+/// either way they share the scope.
 const SPELLINGS: &[(&str, bool)] = &[
     (CHARGES, false),
     (A_CHARGES, false),
@@ -55,7 +60,19 @@ const SPELLINGS: &[(&str, bool)] = &[
     ("/a%2Fcharges", true),
     ("/a%2fcharges", true),
     ("/a%5Ccharges", true),
+    (X_CHARGES_SCRIPT_NAME, true),
 ];
+
+/// `/x/charges` with `SCRIPT_NAME: /x`: gunicorn runs `/charges`.
+const X_CHARGES_SCRIPT_NAME: &str = "/x/charges +script_name:/x";
+
+/// A spelling's request target and its extra header field (after ` +`, `name:value`).
+fn request_of(spelling: &str) -> (&str, wire::Field<'_>) {
+    match spelling.split_once(" +") {
+        Some((target, field)) => (target, field.split_once(':')),
+        None => (spelling, None),
+    }
+}
 
 /// What an upstream executes, by spelling; every other spelling executes nothing there.
 type Executes = &'static [(&'static str, &'static str)];
@@ -68,6 +85,7 @@ const FLASK: Executes = &[
     ("/%63harges", CHARGES),
     ("/a%2Fcharges", A_CHARGES),
     ("/a%2fcharges", A_CHARGES),
+    (X_CHARGES_SCRIPT_NAME, CHARGES),
 ];
 
 const EXPRESS: Executes = &[
@@ -134,8 +152,10 @@ impl Seen {
         }
     }
 
+    /// `400 ambiguous-path`, or `400 ambiguous-request` (an `override_headers` field).
     fn refused(&self) -> bool {
         self.answer.is_problem(400, "ambiguous-path")
+            || self.answer.is_problem(400, "ambiguous-request")
     }
 
     /// The answer of a scope that already holds the key: its replay, or `422` when the
@@ -145,10 +165,10 @@ impl Seen {
     }
 }
 
-/// Sends `target` to `to` (the upstream itself or the gateway) and reads what `up` saw.
-async fn observe(to: &str, up: &Upstream, target: &str, key: Option<&str>) -> Seen {
+/// Sends `spelling` to `to` (the upstream itself or the gateway) and reads what `up` saw.
+async fn observe(to: &str, up: &Upstream, spelling: &str, key: Option<&str>) -> Seen {
     let before = wire::counts(&up.addr).await;
-    let answer = wire::send(to, "POST", target, key).await;
+    let answer = wire::send(to, "POST", request_of(spelling), key).await;
     let after = wire::counts(&up.addr).await;
     let mut executed = Vec::new();
     for (resource, n) in &after.executions {
@@ -203,7 +223,7 @@ async fn direct_view(
     let mut table = format!("\n{name} ({server}), directly, no gateway:\n");
     writeln!(
         table,
-        "  {:<16} {:<28} {:<12} received",
+        "  {:<28} {:<28} {:<12} received",
         "spelling", "answer", "executed as"
     )
     .unwrap();
@@ -213,12 +233,12 @@ async fn direct_view(
         let received = s.arrived.join(" ");
         writeln!(
             table,
-            "  {target:<16} {:<28} {:<12} {received}",
+            "  {target:<28} {:<28} {:<12} {received}",
             s.answer.short(),
             s.executed_as()
         )
         .unwrap();
-        if s.arrived != [target.to_string()] {
+        if s.arrived != [request_of(target).0.to_string()] {
             failures.push(format!(
                 "direct {target}: the upstream received {:?}",
                 s.arrived
@@ -271,14 +291,14 @@ fn print_gateway_table(name: &str, route_settings: &str, keyed: &[Seen], unkeyed
     let mut table = format!("\n{name} through the gateway ({settings}; one key, then no key):\n");
     writeln!(
         table,
-        "  {:<16} {:<28} {:<12} | {:<28} executed as",
+        "  {:<28} {:<28} {:<12} | {:<28} executed as",
         "spelling", "with the key", "executed as", "without a key"
     )
     .unwrap();
     for (((target, _), k), u) in SPELLINGS.iter().zip(keyed).zip(unkeyed) {
         writeln!(
             table,
-            "  {target:<16} {:<28} {:<12} | {:<28} {}",
+            "  {target:<28} {:<28} {:<12} | {:<28} {}",
             k.answer.short(),
             k.executed_as(),
             u.answer.short(),
@@ -304,7 +324,7 @@ fn check_keyed(name: &str, direct: &[Seen], keyed: &[Seen], failures: &mut Vec<S
         }
         if *ambiguous && !s.refused() {
             failures.push(format!(
-                "{target} with the key: answered {answer}, not 400 ambiguous-path"
+                "{target} with the key: answered {answer}, not refused (400 ambiguous-path or ambiguous-request)"
             ));
         }
         let variant = ![CHARGES, A_CHARGES].contains(target);

@@ -169,11 +169,12 @@ async fn a_fresh_key_service_exports_every_counter_at_zero() {
 
 /// The counters every front door describes and registers.
 fn described() -> BTreeSet<&'static str> {
-    let lists: [&[CounterSpec]; 4] = [
+    let lists: [&[CounterSpec]; 5] = [
         &LIFECYCLE_COUNTERS,
         &idemgate_tower::metrics::COUNTERS,
         &idemgate_key_service::counters::COUNTERS,
         &telemetry::COUNTERS,
+        &[telemetry::CONFIG_RELOADS],
     ];
     lists
         .iter()

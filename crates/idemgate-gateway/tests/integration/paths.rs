@@ -13,6 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::*;
 
+mod spellings;
+
 /// Spellings of `/charges` that servers read differently: refused.
 const REFUSED: [&str; 12] = [
     "//charges",

@@ -1,12 +1,14 @@
 //! `SIGHUP` re-reads the configuration file of the real `idemgate` binary: a good file
 //! applies its policy to new requests, a bad one is rejected and the old one kept, and both
-//! are logged (with the settings that need a restart named).
+//! are logged (with the settings that need a restart named) and counted in
+//! `idempotency_config_reloads_total{result}` on `/metrics`.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{assert_problem, key, post, upstream, Process, Upstream};
+use crate::support::key_service::{free_addr, wait_for};
+use crate::support::{assert_problem, client, key, post, upstream, Process, Upstream};
 
 fn hup(p: &Process) {
     let status = Command::new("kill")
@@ -31,20 +33,17 @@ async fn log_with(log: &Path, needle: &str, n: usize) -> String {
     );
 }
 
-/// Starts the binary with `file` (its log in `log`), once it listens.
-async fn start(up: &Upstream, file: &Path, log: &Path) -> Process {
-    let listen = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
+/// Starts the binary with `file` (its log in `log`), once it listens; with the address of
+/// its admin listener.
+async fn start(up: &Upstream, file: &Path, log: &Path) -> (Process, String) {
+    let (listen, admin) = (free_addr(), free_addr());
     let child = Command::new(env!("CARGO_BIN_EXE_idemgate"))
         .args([
             "serve",
             "--listen",
             &listen,
             "--admin-listen",
-            "",
+            &admin,
             "--upstream",
             &up.base,
         ])
@@ -60,7 +59,27 @@ async fn start(up: &Upstream, file: &Path, log: &Path) -> Process {
         base: format!("http://{listen}"),
     };
     log_with(log, "idemgate gateway listening", 1).await;
-    gw
+    wait_for(&admin).await;
+    (gw, admin)
+}
+
+/// `idempotency_config_reloads_total` on `admin`'s `/metrics`: applied, refused, invalid.
+async fn reloads(admin: &str) -> [u64; 3] {
+    let text = client()
+        .get(format!("http://{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    ["applied", "refused", "invalid"].map(|result| {
+        let series = format!("idempotency_config_reloads_total{{result=\"{result}\"}} ");
+        let line = text.lines().find_map(|l| l.strip_prefix(series.as_str()));
+        line.unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+            .parse()
+            .unwrap()
+    })
 }
 
 #[tokio::test]
@@ -73,7 +92,8 @@ async fn sighup_applies_a_good_file_and_keeps_the_old_one_on_errors() {
         "store = \"memory://\"\n[defaults]\nkey_required = false\n",
     )
     .unwrap();
-    let gw = start(&up, &file, &log).await;
+    let (gw, admin) = start(&up, &file, &log).await;
+    assert_eq!(reloads(&admin).await, [0, 0, 0], "registered at 0");
     let resp = post(&gw.base, "/payments", None, "{}")
         .send()
         .await
@@ -102,6 +122,7 @@ async fn sighup_applies_a_good_file_and_keeps_the_old_one_on_errors() {
         .unwrap();
     assert_problem(resp, 400, "missing-key").await;
     assert!(!db.exists(), "the running store stays");
+    assert_eq!(reloads(&admin).await, [1, 0, 0]);
 
     // A bad file: every error logged, the running configuration stays.
     std::fs::write(
@@ -128,6 +149,11 @@ async fn sighup_applies_a_good_file_and_keeps_the_old_one_on_errors() {
     assert_eq!(resp.status(), 201);
     assert_eq!(up.count(), 2, "the rejected requests were not forwarded");
     assert_eq!(text.matches("configuration reloaded").count(), 1);
+    assert_eq!(
+        reloads(&admin).await,
+        [1, 0, 1],
+        "the bad file counted invalid"
+    );
 }
 
 /// A reload that would move keys in flight into another scope (a template now matching
@@ -139,7 +165,7 @@ async fn a_scope_changing_reload_is_refused_and_a_retry_across_it_replays() {
     let (file, log) = (dir.path().join("gw.toml"), dir.path().join("gw.log"));
     let base = "store = \"memory://\"\n";
     std::fs::write(&file, base).unwrap();
-    let gw = start(&up, &file, &log).await;
+    let (gw, admin) = start(&up, &file, &log).await;
     let k = key();
     let first = post(&gw.base, "/payments/1", Some(&k), "{}")
         .send()
@@ -180,6 +206,7 @@ async fn a_scope_changing_reload_is_refused_and_a_retry_across_it_replays() {
     }
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(!logged.contains("configuration reloaded"), "{logged}");
+    assert_eq!(reloads(&admin).await, [0, 2, 0], "both counted refused");
 }
 
 /// With `allow_scope_change_on_reload = true` the reload applies; the next one is compared
@@ -192,7 +219,7 @@ async fn an_allowed_scope_change_applies_and_later_reloads_compare_with_it() {
     let (file, log) = (dir.path().join("gw.toml"), dir.path().join("gw.log"));
     let base = "store = \"memory://\"\n";
     std::fs::write(&file, base).unwrap();
-    let gw = start(&up, &file, &log).await;
+    let (gw, admin) = start(&up, &file, &log).await;
 
     let route = "[[routes]]\nroute = \"POST /payments/{id}\"\nkey_required = true\n";
     let allowed = format!("{base}allow_scope_change_on_reload = true\n{route}");
@@ -221,4 +248,5 @@ async fn an_allowed_scope_change_applies_and_later_reloads_compare_with_it() {
         .unwrap();
     assert_eq!(resp.status(), 201);
     assert_eq!(resp.headers()["idempotency-key-lifetime"], "3600");
+    assert_eq!(reloads(&admin).await, [2, 0, 0]);
 }

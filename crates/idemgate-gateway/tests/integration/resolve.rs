@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::admin::{idemgate, json};
+use crate::admin::{idemgate, json, UPSTREAM_TIMEOUT};
 use crate::faults::harness::{Backend, Store};
 use crate::support::*;
 
@@ -47,7 +47,8 @@ fn post_as(base: &str, who: &str, key: &str) -> reqwest::RequestBuilder {
         .body("{}")
 }
 
-/// Writes the config (1 s lease, `lease_expired = "unknown"`), starts a gateway process,
+/// Writes the config (1 s lease, `lease_expired = "unknown"`, 3 s `upstream_timeout`),
+/// starts a gateway process,
 /// sends one slow request per (caller, key), runs `during` while they are in the upstream,
 /// kills the gateway with SIGKILL and waits past the lease: the records are stuck.
 async fn crash_with<F: std::future::Future<Output = ()>>(
@@ -59,7 +60,10 @@ async fn crash_with<F: std::future::Future<Output = ()>>(
 ) {
     std::fs::write(
         config,
-        format!("{}[defaults]\nlease_ttl = \"1s\"\n", store.toml()),
+        format!(
+            "{}{UPSTREAM_TIMEOUT}[defaults]\nlease_ttl = \"1s\"\n",
+            store.toml()
+        ),
     )
     .unwrap();
     let mut gw = spawn_binary(&up.base, config).await;
@@ -276,8 +280,9 @@ async fn not_replayable_answers_410(backend: Backend) {
         (Some(false), Some(detail))
     );
 
-    // alice's did not run (say the upstream's records): released, with its audit entry
-    let release = [
+    // alice's did not run (say the upstream's records); her request may still be running at
+    // the upstream, so release --force alone is refused and nothing is deleted
+    let mut release = vec![
         "release",
         "--key",
         &k,
@@ -289,8 +294,30 @@ async fn not_replayable_answers_410(backend: Backend) {
         "ops-alice",
     ];
     let out = idemgate_logging(&config, &release, "info").await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--upstream-stopped"),
+        "{}",
+        stderr(&out)
+    );
+    let kept = ["inspect", "--key", &k, "--authorization", "Bearer alice"];
+    assert_eq!(
+        json(&config, &kept).await["records"][0]["state"],
+        "in_progress"
+    );
+    // crash_with returned 1.5 s after the 2 s requests were sent: past this, the API (the
+    // test upstream, which no one stops) has answered them, so it can no longer be running
+    // them, which is what --upstream-stopped asserts
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    release.push("--upstream-stopped");
+    let out = idemgate_logging(&config, &release, "info").await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert_audit_logged(&stderr(&out), "released", "in_progress (stuck), fence 1");
+    assert!(
+        stderr(&out).contains("--upstream-stopped: the operator says"),
+        "{}",
+        stderr(&out)
+    );
     let alice = post_as(&gw.base, "alice", &k).send().await.unwrap();
     assert_eq!(alice.status(), 201, "the released key runs");
     assert_eq!(up.count(), 3);
@@ -337,6 +364,8 @@ async fn resolve_refuses_memory_and_bad_outcomes() {
         (&["--header", "set-cookie: a=b"][..], "never replayed"),
         (&["--header", "no colon"][..], "Name: value"),
         (&["--body-file", "/nonexistent/body"][..], "--body-file"),
+        // read up to the stored-response limit, never without end
+        (&["--body-file", "/dev/zero"][..], "more than"),
         (&["--not-replayable"][..], "--detail"),
     ] {
         let mut a = args.to_vec();

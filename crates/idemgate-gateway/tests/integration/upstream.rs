@@ -1,5 +1,6 @@
-//! Upstream answers the gateway must deliver and record right (many headers, `304`), and
-//! answers sent before the request body was read (`413`), over real sockets.
+//! Upstream answers the gateway must deliver and record right (many headers, `304`),
+//! answers sent before the request body was read (`413`), and clients speaking HTTP/2 to
+//! the HTTP/1.1 upstream, over real sockets.
 
 use std::time::Duration;
 
@@ -183,5 +184,47 @@ async fn a_client_that_never_stops_sending_cannot_hold_the_connection() {
         .await
         .expect("the gateway closed the connection");
     assert!(sent > 0);
+    gw.stop().await;
+}
+
+/// A keyed `POST /payments` over an h2c (prior knowledge) connection; status and whether it
+/// was a replay.
+async fn h2c_post(base: &str, key: &str) -> (u16, bool) {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let authority = base.trim_start_matches("http://");
+    let tcp = TcpStream::connect(authority).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::post(format!("http://{authority}/payments"))
+        .version(http::Version::HTTP_2)
+        .header("authorization", "Bearer alice")
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from_static(b"{\"amount\": 1}")))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let replayed = resp.headers().contains_key("idempotent-replayed");
+    let status = resp.status().as_u16();
+    resp.into_body().collect().await.unwrap();
+    (status, replayed)
+}
+
+/// The HTTP/1 upstream client refused HTTP/2 requests before sending them: every one got
+/// `502`, and the key was burned (`500 previous-attempt-failed` on the retry).
+#[tokio::test]
+async fn an_h2c_keyed_post_runs_once_and_its_retry_is_a_replay() {
+    let up = upstream().await;
+    let gw = memory_gateway(&up).await;
+    let k = key();
+    assert_eq!(h2c_post(&gw.base, &k).await, (201, false));
+    assert_eq!(h2c_post(&gw.base, &k).await, (201, true), "a replay");
+    assert_eq!(up.count(), 1, "the upstream ran once");
+    let host = up.last_headers();
+    let authority = gw.base.trim_start_matches("http://");
+    assert_eq!(host["x-forwarded-host"], authority, "the :authority");
     gw.stop().await;
 }

@@ -192,3 +192,39 @@ async fn futures_are_spawnable() {
         assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
     }
 }
+
+/// A route over the btree's index row size (about 2.7 kB): the server refuses the insert
+/// and the lookup (SQLSTATE 54000), a definite answer, so the lifecycle starts no follow-up
+/// (one used to poll for 24 h per such request, until the queue was full).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_over_the_index_row_size_is_a_definite_refusal() {
+    let Some(store) = common::fresh_store().await else {
+        return;
+    };
+    let mut k = unique_key("alice");
+    // Random text, so the index's compression cannot shrink it under the limit.
+    k.route = (0..3000)
+        .map(|_| char::from(b'a' + rand::random::<u8>() % 26))
+        .collect();
+    let err = store
+        .insert_or_get(&request(&k, fp(1), LONG, DAY))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Refused(_)), "{err:?}");
+    assert!(!err.outcome_unknown(), "{err:?}");
+    let source = err.source().expect("source kept");
+    let ours = source.downcast_ref::<PostgresStoreError>().expect("ours");
+    assert!(matches!(
+        ours,
+        PostgresStoreError::Sqlx(sqlx::Error::Database(_))
+    ));
+    let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM \"{}\"", store.table_name()))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "nothing was written");
+    match store.get(&k).await {
+        Ok(found) => assert!(found.is_none()),
+        Err(e) => assert!(!e.outcome_unknown(), "{e:?}"),
+    }
+}

@@ -137,3 +137,115 @@ fn settings_parse_their_spellings_and_name_them_when_wrong() {
     let err = "normalized".parse::<ForwardPath>().unwrap_err();
     assert_eq!(err, "`normalized` is not \"as-sent\" or \"normalised\"");
 }
+
+#[test]
+fn pchar_escapes_are_decoded_like_routers_read_them() {
+    // RFC 3986 §3.3 pchar other than `;`: sub-delims, `:` and `@` (§6.2.2.2).
+    for (sent, want) in [
+        (
+            "/users/alice%40example.com/charges",
+            "/users/alice@example.com/charges",
+        ),
+        ("/v1/payments%3Acapture", "/v1/payments:capture"),
+        ("/v1/payments%3acapture", "/v1/payments:capture"),
+        ("/a%2Bb", "/a+b"),
+        ("/a%21", "/a!"),
+        ("/%24%26%27%28%29%2A%2C%3D", "/$&'()*,="),
+        ("/a%40b%2fc", "/a@b%2Fc"),
+    ] {
+        assert_eq!(normal(sent), want, "{sent}");
+    }
+    for raw in [
+        "/users/alice@example.com",
+        "/v1/payments:capture",
+        "/a+b!$&'()*,=",
+    ] {
+        let n = normalise(raw).unwrap();
+        assert_eq!(n.as_str(), raw);
+        assert!(matches!(n.into_cow(), Cow::Borrowed(_)), "{raw}");
+    }
+}
+
+#[test]
+fn bytes_whose_raw_form_means_something_else_stay_escaped_in_upper_case() {
+    for kept in [
+        "/a%2Fb", "/a%25b", "/a%3Bb", "/a%3Fb", "/a%23b", "/a%20b", "/a%01b", "/a%22b", "/a%3Cb",
+        "/a%3Eb", "/a%5Bb", "/a%5Db", "/a%5Eb", "/a%60b", "/a%7Bb", "/a%7Cb", "/a%7Db", "/a%7Fb",
+    ] {
+        assert_eq!(normal(kept), kept, "{kept}");
+        assert_eq!(
+            normal(&kept.to_ascii_lowercase()),
+            kept,
+            "{kept} in lower case"
+        );
+    }
+}
+
+#[test]
+fn raw_bytes_not_allowed_in_a_uri_are_escaped() {
+    for (sent, want) in [
+        ("/a{b}", "/a%7Bb%7D"),
+        ("/a\"b", "/a%22b"),
+        ("/a|b^c", "/a%7Cb%5Ec"),
+        ("/a[0]", "/a%5B0%5D"),
+        ("/a`b", "/a%60b"),
+        ("/a b", "/a%20b"),
+    ] {
+        assert_eq!(normal(sent), want, "{sent}");
+    }
+}
+
+#[test]
+fn non_ascii_is_spelled_as_upper_case_utf8_escapes() {
+    for (sent, want) in [
+        ("/caf\u{e9}", "/caf%C3%A9"),
+        ("/caf%c3%a9", "/caf%C3%A9"),
+        ("/caf%C3%A9", "/caf%C3%A9"),
+        ("/\u{65e5}/x", "/%E6%97%A5/x"),
+        ("/%F0%9F%98%80", "/%F0%9F%98%80"),
+        ("/\u{1f600}", "/%F0%9F%98%80"),
+    ] {
+        assert_eq!(normal(sent), want, "{sent}");
+    }
+    assert_eq!(
+        fold_case(&normal("/Caf\u{c9}")),
+        "/caf%C3%89",
+        "escapes not folded"
+    );
+}
+
+#[test]
+fn escapes_that_are_not_utf8_are_refused() {
+    for sent in [
+        "/%FF",
+        "/a%C0%AF",
+        "/%C0%80",
+        "/%E0%80%AF",
+        "/%ED%A0%80",
+        "/%F4%90%80%80",
+        "/%F5%80%80%80",
+        "/%C3",
+        "/%C3/%A9",
+        "/%C3a",
+        "/%A9",
+        "/%E6%97",
+        "/%C3\u{e9}",
+    ] {
+        assert_eq!(normalise(sent), Err(PathAmbiguity::InvalidUtf8), "{sent}");
+    }
+    assert_eq!(normalise("/%C3%00"), Err(PathAmbiguity::Nul));
+}
+
+#[test]
+fn a_normal_form_is_its_own_normal_form_and_a_valid_request_target() {
+    for sent in [
+        "/a%40b/%3a/%c3%a9/\u{e9}/{x}/%2f/%25/a+b",
+        "/%7e%41%2D%5f%2e/caf\u{e9}%20",
+    ] {
+        let once = normal(sent);
+        assert_eq!(normal(&once), once, "{sent}");
+        let target: http::uri::PathAndQuery = once.parse().unwrap();
+        assert_eq!(target.path(), once);
+        assert!(once.is_ascii(), "{once}");
+    }
+}

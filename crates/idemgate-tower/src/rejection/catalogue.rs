@@ -55,9 +55,20 @@ impl IdempotencyRejection {
                 retry_after_secs: 2,
             },
             Self::AmbiguousPath(PathAmbiguity::EmptySegment),
+            Self::AmbiguousRoute {
+                route: "POST /api/{resource}".into(),
+                sibling: "POST /api/pay".into(),
+            },
+            Self::AmbiguousMethod {
+                method: "post".into(),
+            },
+            Self::PathTooLong { limit: 1024 },
             Self::NoSuchRoute,
             Self::AmbiguousRequest {
                 header: "content-type".into(),
+            },
+            Self::OverrideHeader {
+                header: "x-http-method-override".into(),
             },
         ];
         debug_assert!(all.iter().all(covered));
@@ -94,8 +105,12 @@ fn covered(r: &IdempotencyRejection) -> bool {
         | R::Internal
         | R::PrincipalLimited { .. }
         | R::AmbiguousPath(_)
+        | R::AmbiguousRoute { .. }
+        | R::AmbiguousMethod { .. }
+        | R::PathTooLong { .. }
         | R::NoSuchRoute
-        | R::AmbiguousRequest { .. } => true,
+        | R::AmbiguousRequest { .. }
+        | R::OverrideHeader { .. } => true,
     }
 }
 
@@ -109,7 +124,7 @@ mod tests {
     fn the_catalogue_holds_each_kind_once_with_a_distinct_answer() {
         let all = IdempotencyRejection::catalogue();
         let kinds: HashSet<_> = all.iter().map(std::mem::discriminant).collect();
-        assert_eq!(kinds.len(), 26, "every variant");
+        assert_eq!(kinds.len(), 30, "every variant");
         let answers: HashSet<_> = all.iter().map(|r| (r.anchor(), r.detail())).collect();
         assert_eq!(answers.len(), all.len(), "no two entries say the same");
         for r in &all {

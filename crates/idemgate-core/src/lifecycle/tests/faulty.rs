@@ -28,6 +28,9 @@ pub(super) struct Faulty {
     /// the database finishes after the connection that sent it broke).
     pub(super) defer_insert: AtomicBool,
     pub(super) deferred: std::sync::Mutex<Option<InsertRequest>>,
+    /// Every call is refused with a definite answer (PostgreSQL's "index row size exceeds
+    /// btree maximum" for a very long route): nothing is written.
+    pub(super) refuse: AtomicBool,
     pub(super) calls: AtomicUsize,
 }
 
@@ -39,6 +42,11 @@ impl Faulty {
         }
         if self.down.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable("store down".into()));
+        }
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(StoreError::Refused(
+                "index row size exceeds btree maximum".into(),
+            ));
         }
         Ok(())
     }

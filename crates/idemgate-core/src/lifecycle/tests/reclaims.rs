@@ -163,3 +163,38 @@ async fn a_full_queue_refuses_new_requests_before_their_insert_until_it_drains()
     assert_eq!(e.reclaims_load(), (0, 0));
     assert!(matches!(begin(&e, &third, &p).await, Begin::Run(_)));
 }
+
+/// A definite refusal (the store answered: nothing was inserted) used to start a follow-up
+/// polling for 24 h; 1,250 of them filled the queue and every keyed request got `503`.
+#[tokio::test(start_paused = true)]
+async fn a_definite_refusal_of_the_insert_starts_no_follow_up() {
+    let (e, s) = engine();
+    let p = RoutePlan::default();
+    s.refuse.store(true, Ordering::SeqCst);
+    for _ in 0..3 {
+        let k = unique_key("alice");
+        assert!(matches!(answer(&e, &k, &p).await, Answer::Unavailable(_)));
+    }
+    assert_eq!(e.reclaims_load(), (0, 0), "nothing was inserted");
+    let calls = s.calls.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(s.calls.load(Ordering::SeqCst), calls, "no lookups");
+}
+
+/// An insert whose answer was lost, then lookups the store refuses with a definite answer
+/// for the key: the follow-up ends after the settle instead of polling until the TTL.
+#[tokio::test(start_paused = true)]
+async fn a_follow_up_ends_when_the_store_refuses_the_lookup() {
+    let (e, s) = engine();
+    let (k, p) = (unique_key("alice"), RoutePlan::default());
+    s.defer_insert.store(true, Ordering::SeqCst);
+    assert!(matches!(answer(&e, &k, &p).await, Answer::Unavailable(_)));
+    assert_eq!(
+        e.reclaims_load(),
+        (1, 0),
+        "the answer was lost: followed up"
+    );
+    s.refuse.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(e.reclaims_load(), (0, 0), "ended, not polling for 24 h");
+}

@@ -76,14 +76,15 @@ impl Head {
     }
 }
 
-/// Whether the request head at the start of `bytes` has `Content-Length` values hyper
-/// refuses; `None` until its blank line arrived.
+/// Whether the request head at the start of `bytes` has `Content-Length` fields hyper
+/// refuses with its bare `400`; `None` until its blank line arrived.
 ///
-/// hyper's rule (`proto/h1/role.rs`, `Server::parse`): fields in order; a `Content-Length`
-/// after a `Transfer-Encoding` is ignored; each value is a comma-separated list of equal
-/// numbers; a value that differs from an earlier one, or is not a number, is refused.
-/// Only a head with more than one value counts here (a single malformed value is not
-/// ambiguous, just wrong).
+/// hyper's rule (`proto/h1/role.rs`, `Server::parse`, with `headers::content_length_parse`):
+/// fields in order; a `Transfer-Encoding` ends the check (a later `Content-Length` is
+/// ignored); each `Content-Length` value, without the spaces and tabs around it (httparse
+/// trims them), must be one run of ASCII digits that fits in a `u64` (no sign, no list:
+/// `7, 7` and `+7` are refused, ` 7 ` is not) and equal every earlier one (two equal fields
+/// are accepted). A value past hyper's maximum length gets its `431`, not this `400`.
 pub(super) fn judge(bytes: &[u8]) -> Option<bool> {
     let end = head_end(bytes)?;
     let mut lines = bytes[..end].split(|&b| b == b'\n').map(|l| l.trim_ascii());
@@ -91,7 +92,7 @@ pub(super) fn judge(bytes: &[u8]) -> Option<bool> {
     if !request_line.ends_with(b" HTTP/1.1") && !request_line.ends_with(b" HTTP/1.0") {
         return Some(false);
     }
-    let mut first: Option<Option<u64>> = None;
+    let mut first: Option<u64> = None;
     for line in lines {
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
@@ -103,18 +104,31 @@ pub(super) fn judge(bytes: &[u8]) -> Option<bool> {
         if !name.eq_ignore_ascii_case(b"content-length") {
             continue;
         }
-        for v in value.split(|&b| b == b',') {
-            let n = std::str::from_utf8(v.trim_ascii())
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok());
-            match first {
-                None => first = Some(n),
-                Some(prev) if prev != n || n.is_none() => return Some(true),
-                Some(_) => {}
-            }
+        let Some(n) = digits(value) else {
+            return Some(true);
+        };
+        match first {
+            _ if n > MAX_LENGTH => return Some(false),
+            None => first = Some(n),
+            Some(prev) if prev != n => return Some(true),
+            Some(_) => {}
         }
     }
     Some(false)
+}
+
+/// hyper's largest `Content-Length` (`body::length::MAX_LEN`); past it, `431`.
+const MAX_LENGTH: u64 = u64::MAX - 2;
+
+/// A field value as hyper reads a `Content-Length`: spaces and tabs around it trimmed, then
+/// one or more ASCII digits, no sign, within a `u64`.
+fn digits(value: &[u8]) -> Option<u64> {
+    let start = value.iter().position(|&b| b != b' ' && b != b'\t')?;
+    let end = value.iter().rposition(|&b| b != b' ' && b != b'\t')?;
+    value[start..=end].iter().try_fold(0u64, |n, &b| {
+        let digit = b.is_ascii_digit().then(|| u64::from(b - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
+    })
 }
 
 /// Where the head's blank line starts: after `\r\n\r\n` or `\n\n` (hyper takes both).

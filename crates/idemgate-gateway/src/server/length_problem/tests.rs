@@ -95,9 +95,10 @@ fn heads_are_judged_by_hyper_s_rule() {
         ("content-length: 1, 2\r\n", Some(true)),
         ("content-length: x\r\ncontent-length: x\r\n", Some(true)),
         ("content-length: 2\r\ncontent-length: 2\r\n", Some(false)),
-        ("content-length: 2, 2\r\n", Some(false)),
+        // hyper reads one number per field, not a list: `2, 2` is refused.
+        ("content-length: 2, 2\r\n", Some(true)),
         ("content-length: 2\r\n", Some(false)),
-        ("content-length: x\r\n", Some(false)),
+        ("content-length: x\r\n", Some(true)),
         (
             "transfer-encoding: chunked\r\ncontent-length: 1\r\ncontent-length: 2\r\n",
             Some(false),
@@ -136,4 +137,57 @@ fn a_head_split_across_reads_is_judged_whole() {
     head.response_began();
     head.read(b"POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n");
     assert!(!head.conflicting(), "an HTTP/2 connection is not watched");
+}
+
+/// hyper 1.x parses each `Content-Length` field as one run of digits: a list of equal
+/// values or a sign gets its bare `400`, which must carry the problem; the spaces around a
+/// value and two equal fields are accepted, and the service's answer is left alone.
+#[test]
+fn lists_signs_and_spaces_are_judged_as_hyper_parses_them() {
+    let head = |fields: &str| format!("POST / HTTP/1.1\r\nhost: x\r\n{fields}\r\n");
+    for (fields, refused) in [
+        ("Content-Length: 7, 7\r\n", true),
+        ("Content-Length: 7,7\r\n", true),
+        ("Content-Length: +7\r\n", true),
+        ("Content-Length: -7\r\n", true),
+        ("Content-Length: 99999999999999999999\r\n", true),
+        ("Content-Length:  7 \r\n", false),
+        ("Content-Length:\t7\t\r\n", false),
+        ("Content-Length: 7\r\nContent-Length: 7\r\n", false),
+        ("Content-Length: 7\r\nContent-Length:  7 \r\n", false),
+        // a length past hyper's maximum gets its 431, not the 400
+        ("Content-Length: 18446744073709551615\r\n", false),
+    ] {
+        assert_eq!(judge(head(fields).as_bytes()), Some(refused), "{fields:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_list_of_equal_lengths_and_a_signed_length_get_the_problem() {
+    for fields in ["content-length: 7, 7", "content-length: +7"] {
+        let request = format!("POST / HTTP/1.1\r\nhost: x\r\n{fields}\r\n\r\nabcdefg");
+        let answer = exchange(request.as_bytes(), 201).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{answer}"
+        );
+        assert!(answer.contains("ambiguous-request"), "{fields}: {answer}");
+    }
+}
+
+#[tokio::test]
+async fn a_spaced_length_and_two_equal_fields_reach_the_service() {
+    for fields in [
+        "content-length:  7 ",
+        "content-length: 7\r\ncontent-length: 7",
+    ] {
+        let request =
+            format!("POST / HTTP/1.1\r\nhost: x\r\n{fields}\r\nconnection: close\r\n\r\nabcdefg");
+        let answer = exchange(request.as_bytes(), 400).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{answer}"
+        );
+        assert!(!answer.contains("problem"), "the service's own: {answer}");
+    }
 }

@@ -53,10 +53,18 @@ impl Answer {
     }
 }
 
+/// One more header field of a request: name and value.
+pub(super) type Field<'a> = Option<(&'a str, &'a str)>;
+
 /// Sends `method target` to `addr` (`host:port`) on a fresh connection, as user alice with
-/// the JSON body (for a POST) and `key` if given.
-pub(super) async fn send(addr: &str, method: &str, target: &str, key: Option<&str>) -> Answer {
-    let (status, headers, body) = exchange(addr, method, target, key).await;
+/// the JSON body (for a POST), `key` if given and the `extra` field if any.
+pub(super) async fn send(
+    addr: &str,
+    method: &str,
+    (target, extra): (&str, Field<'_>),
+    key: Option<&str>,
+) -> Answer {
+    let (status, headers, body) = exchange(addr, method, (target, extra), key).await;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let problem = (header("content-type") == Some("application/problem+json"))
         .then(|| serde_json::from_slice::<serde_json::Value>(&body).ok())
@@ -74,12 +82,12 @@ pub(super) async fn send(addr: &str, method: &str, target: &str, key: Option<&st
 async fn exchange(
     addr: &str,
     method: &str,
-    target: &str,
+    (target, extra): (&str, Field<'_>),
     key: Option<&str>,
 ) -> (u16, http::HeaderMap, Bytes) {
     tokio::time::timeout(
         Duration::from_secs(30),
-        exchange_now(addr, method, target, key),
+        exchange_now(addr, method, (target, extra), key),
     )
     .await
     .unwrap_or_else(|_| panic!("{method} {target} to {addr}: no answer within 30 s"))
@@ -88,7 +96,7 @@ async fn exchange(
 async fn exchange_now(
     addr: &str,
     method: &str,
-    target: &str,
+    (target, extra): (&str, Field<'_>),
     key: Option<&str>,
 ) -> (u16, http::HeaderMap, Bytes) {
     let stream = TcpStream::connect(addr).await.unwrap();
@@ -112,6 +120,9 @@ async fn exchange_now(
     };
     if let Some(k) = key {
         req = req.header("idempotency-key", k);
+    }
+    if let Some((name, value)) = extra {
+        req = req.header(name, value);
     }
     let resp = sender
         .send_request(req.body(Full::new(body)).unwrap())
@@ -142,7 +153,7 @@ impl Counts {
 
 /// The counters of the upstream at `addr`.
 pub(super) async fn counts(addr: &str) -> Counts {
-    let (status, _, body) = exchange(addr, "GET", "/counts", None).await;
+    let (status, _, body) = exchange(addr, "GET", ("/counts", None), None).await;
     assert_eq!(status, 200, "GET /counts");
     serde_json::from_slice(&body).unwrap()
 }

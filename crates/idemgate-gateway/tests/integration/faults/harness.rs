@@ -22,6 +22,8 @@ pub(crate) enum Damage {
     TruncateBody,
     InvalidStatus,
     DropHeaders,
+    /// A state no build writes (Redis; the SQL stores' CHECK constraints refuse it).
+    BogusState,
 }
 
 /// A store with its own table, key prefix or file.
@@ -133,6 +135,7 @@ impl Store {
                     Damage::TruncateBody => "response_body = substr(response_body, 1, 5)",
                     Damage::InvalidStatus => "status = 1000",
                     Damage::DropHeaders => "response_headers = NULL",
+                    Damage::BogusState => unreachable!("SQLite's CHECK refuses other states"),
                 };
                 let conn = rusqlite::Connection::open(&self.direct).unwrap();
                 conn.busy_timeout(Duration::from_secs(5)).unwrap();
@@ -144,6 +147,7 @@ impl Store {
                     Damage::TruncateBody => "response = substring(response from 1 for 5)",
                     Damage::InvalidStatus => "status = 1000",
                     Damage::DropHeaders => "response_headers = NULL",
+                    Damage::BogusState => unreachable!("the CHECK refuses other states"),
                 };
                 let pool = sqlx::PgPool::connect(&self.direct).await.unwrap();
                 let sql = format!("UPDATE {} SET {set} WHERE key = $1", self.namespace);
@@ -190,6 +194,7 @@ impl Store {
                 }
                 Damage::InvalidStatus => redis::cmd("HSET").arg(&k).arg("rs").arg(1000).clone(),
                 Damage::DropHeaders => redis::cmd("HDEL").arg(&k).arg("rh").clone(),
+                Damage::BogusState => redis::cmd("HSET").arg(&k).arg("st").arg("bogus").clone(),
             };
             let _: i64 = cmd.query_async(&mut conn).await.unwrap();
         }
