@@ -69,17 +69,6 @@ fn assert_all_at_zero(text: &str, expected: &[Series]) {
     }
 }
 
-/// Scrapes `http://{admin}/metrics`.
-async fn scrape(admin: &str) -> String {
-    let resp = client()
-        .get(format!("http://{admin}/metrics"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.text().await.unwrap()
-}
-
 #[tokio::test]
 async fn a_fresh_gateway_exports_every_counter_at_zero() {
     let dir = tempfile::tempdir().unwrap();
@@ -110,7 +99,7 @@ async fn a_fresh_gateway_exports_every_counter_at_zero() {
         base: format!("http://{listen}"),
     };
     wait_for(&admin).await;
-    let metrics = scrape(&admin).await;
+    let metrics = scrape(&format!("http://{admin}")).await;
     let expected = telemetry::gateway_series(&policy, "sqlite");
     for name in [
         "idempotency_outcome_unknown_total",
@@ -158,7 +147,7 @@ async fn a_fresh_key_service_exports_every_counter_at_zero() {
         base: format!("http://{listen}"),
     };
     wait_for(&admin).await;
-    let metrics = scrape(&admin).await;
+    let metrics = scrape(&format!("http://{admin}")).await;
     let expected = telemetry::key_service_series(&settings, "sqlite");
     let decisions = Series::new("idempotency_key_service_decisions_total")
         .with("client", "alpha")

@@ -28,16 +28,6 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-async fn scrape(admin: &str) -> String {
-    let resp = client()
-        .get(format!("{admin}/metrics"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.text().await.unwrap()
-}
-
 #[tokio::test]
 async fn metrics_move_with_traffic_and_are_described() {
     let up = upstream().await;

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::key_service::{free_addr, wait_for};
-use crate::support::{assert_problem, client, key, post, upstream, Process, Upstream};
+use crate::support::{assert_problem, key, post, scrape, upstream, Process, Upstream};
 
 fn hup(p: &Process) {
     let status = Command::new("kill")
@@ -65,14 +65,7 @@ async fn start(up: &Upstream, file: &Path, log: &Path) -> (Process, String) {
 
 /// `idempotency_config_reloads_total` on `admin`'s `/metrics`: applied, refused, invalid.
 async fn reloads(admin: &str) -> [u64; 3] {
-    let text = client()
-        .get(format!("http://{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = scrape(&format!("http://{admin}")).await;
     ["applied", "refused", "invalid"].map(|result| {
         let series = format!("idempotency_config_reloads_total{{result=\"{result}\"}} ");
         let line = text.lines().find_map(|l| l.strip_prefix(series.as_str()));

@@ -372,3 +372,14 @@ pub(crate) async fn drop_pg_table(url: &str, table: &str) {
     let sql = format!("DROP TABLE IF EXISTS {table}, {table}_migrations");
     sqlx::query(&sql).execute(&pool).await.unwrap();
 }
+
+/// The Prometheus text of `base` (`http://host:port` of an admin listener), asserting `200`.
+pub(crate) async fn scrape(base: &str) -> String {
+    let resp = client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.text().await.unwrap()
+}
