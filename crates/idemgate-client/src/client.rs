@@ -99,6 +99,15 @@ impl KeyServiceClient {
         Self::build(url, None)
     }
 
+    /// Checks a key service URL without building a client: the forms of
+    /// [`KeyServiceClient::new`].
+    ///
+    /// # Errors
+    /// [`ClientError::Url`] naming what is wrong.
+    pub fn check_url(url: &str) -> Result<(), ClientError> {
+        base_url(url).map(drop)
+    }
+
     /// [`KeyServiceClient::new`] with a rustls configuration for `idemgates://` (e.g. roots
     /// from a CA file).
     ///

@@ -13,6 +13,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use bytes::Bytes;
+use idemgate_core::record::duration_ms;
 use idemgate_core::store::Result;
 use idemgate_core::{
     IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
@@ -33,6 +34,17 @@ impl KeyServiceStore {
     /// A store over `client` (its URL, token and timeout).
     pub fn new(client: KeyServiceClient) -> Self {
         Self { client }
+    }
+
+    /// A store over a new client of `url` (`idemgate://host:port`, or `idemgates://` with the
+    /// system's roots), with no token and the default timeout; for those, build the client
+    /// ([`KeyServiceClient::with_token`], [`KeyServiceClient::with_timeout`]) and call
+    /// [`KeyServiceStore::new`].
+    ///
+    /// # Errors
+    /// [`ClientError::Url`] naming what is wrong with `url`.
+    pub fn from_url(url: &str) -> Result<Self, ClientError> {
+        KeyServiceClient::new(url).map(Self::new)
     }
 
     /// The client.
@@ -79,8 +91,9 @@ fn decode_error(what: &str, e: String) -> StoreError {
     StoreError::Backend(format!("unexpected {what} from the key service: {e}").into())
 }
 
+/// A TTL on the wire: whole ms, at least 1.
 fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    duration_ms(d).max(1).unsigned_abs()
 }
 
 fn lease_body(lease: &Lease) -> StoreLease {
@@ -262,6 +275,21 @@ mod tests {
             detail: "detail".into(),
             field: None,
         }))
+    }
+
+    #[test]
+    fn from_url_names_what_is_wrong() {
+        let store = KeyServiceStore::from_url("idemgate://127.0.0.1:8081").unwrap();
+        assert_eq!(store.client().base(), "http://127.0.0.1:8081");
+        for (url, says) in [
+            ("redis://h:1", "is not idemgate://"),
+            ("127.0.0.1:8081", "has no scheme"),
+            ("idemgate://user:pw@h:1", "without credentials"),
+        ] {
+            let err = KeyServiceStore::from_url(url).unwrap_err();
+            assert!(matches!(err, ClientError::Url(_)), "{url}");
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
     }
 
     /// A `4xx` is the key service's definite refusal; a `5xx` may hide a write of its store.

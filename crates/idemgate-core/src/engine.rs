@@ -4,23 +4,26 @@
 //! applies the verdicts through them.
 //!
 //! ```
-//! use idemgate_core::engine::{decide, Decision, DecisionPolicy};
+//! use idemgate_core::engine::{decide, Decision};
 //! use idemgate_core::fingerprint::{Fingerprint, CURRENT_VERSION};
+//! use idemgate_core::lifecycle::RoutePlan;
 //!
 //! let fp = Fingerprint { version: CURRENT_VERSION, digest: [7; 32] };
-//! assert_eq!(decide(None, &fp, 0, &DecisionPolicy::default()), Decision::Insert);
+//! assert_eq!(decide(None, &fp, 0, &RoutePlan::default()), Decision::Insert);
 //! ```
 
-use std::time::Duration;
-
 use crate::fingerprint::Fingerprint;
+use crate::lifecycle::RoutePlan;
 use crate::record::{IdempotencyRecord, RecordState, UnixMillis};
 
 /// What an `in_progress` record whose lease lapsed before its outcome was written means.
 ///
 /// The holder crashed or lost the store after the request may have been forwarded, so the
 /// operation may have run: the honest answer is "unknown" (DESIGN.md, contract table).
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+///
+/// Spelled `"unknown"`, `"takeover"` or `"fail"` in configuration.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LeaseExpiredPolicy {
     /// Answer `outcome-unknown` (`500`); the record is kept, and a late outcome written by
     /// the holder (its fence still valid) is replayed from then on. The default.
@@ -32,28 +35,6 @@ pub enum LeaseExpiredPolicy {
     Takeover,
     /// Answer as if the attempt failed (`previous-attempt-failed`).
     Fail,
-}
-
-/// The per-route knobs of the decision.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct DecisionPolicy {
-    /// What an expired lease means. Defaults to [`LeaseExpiredPolicy::Unknown`].
-    pub lease_expired: LeaseExpiredPolicy,
-    /// Whether a retry of a `failed` record (same fingerprint) may run again. Defaults to false.
-    pub retry_failed: bool,
-    /// How long a record whose lease is missing counts as in progress after `created_at`.
-    /// Defaults to 60 s.
-    pub max_lease: Duration,
-}
-
-impl Default for DecisionPolicy {
-    fn default() -> Self {
-        Self {
-            lease_expired: LeaseExpiredPolicy::Unknown,
-            retry_failed: false,
-            max_lease: Duration::from_secs(60),
-        }
-    }
 }
 
 /// The verdict for one request. The first two mean "this request runs"; the rest are answers.
@@ -98,7 +79,7 @@ pub fn decide(
     record: Option<&IdempotencyRecord>,
     fp: &Fingerprint,
     now: UnixMillis,
-    policy: &DecisionPolicy,
+    policy: &RoutePlan,
 ) -> Decision {
     let Some(record) = record.filter(|r| now < r.expires_at) else {
         return Decision::Insert;

@@ -1,12 +1,13 @@
-//! Store gauges: what a store holds, for the metrics an operator alerts on (DESIGN.md,
-//! "TTL and cleanup": a purge that stops or falls behind must be seen before the table
-//! grows without bound).
+//! What a store holds: one count for `idemgate stats` and for the gauges an operator alerts
+//! on (DESIGN.md, "TTL and cleanup": a purge that stops or falls behind must be seen before
+//! the table grows without bound).
 //!
-//! [`GaugedStore::gauges`] reads a [`StoreGauges`] snapshot; [`StoreGauges::export`] sets
-//! them through the `metrics` facade. Each store says in its docs how exact each number
-//! is: the in-memory store counts exactly (one scan); SQLite counts exactly (one scan) below
-//! 100,000 records and from indexes and a sample above; PostgreSQL reads indexed queries and
-//! catalog statistics; Redis samples keys (approximate past a size).
+//! [`GaugedStore::gauges`] reads a [`StoreCount`]; [`StoreCount::export`] sets the gauges
+//! through the `metrics` facade. Each store says in its docs how exact each number is, and
+//! [`StoreCount::approximate`] marks a count that is an estimate: the in-memory store
+//! counts exactly (one scan); SQLite counts exactly (one scan) below 100,000 records and
+//! from indexes and a sample above; PostgreSQL counts exactly below 100,000 live rows and
+//! from catalog statistics above; Redis scans a small database and samples keys past that.
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -14,10 +15,10 @@ use std::num::NonZeroU32;
 use crate::record::{RecordState, UnixMillis};
 use crate::store::{IdempotencyStore, Result};
 
-/// A snapshot of what a store holds. Counts are records; times are ms since the epoch on
-/// the store's clock. `None` means the store cannot tell (see each field).
+/// What a store holds, read once. Counts are records; times are ms since the epoch on the
+/// store's clock. `None` means the store cannot tell (see each field).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct StoreGauges {
+pub struct StoreCount {
     /// The store's clock when the snapshot was taken, in ms since the epoch.
     pub now: UnixMillis,
     /// Records `in_progress`, expired ones not yet purged included.
@@ -26,6 +27,8 @@ pub struct StoreGauges {
     pub completed: u64,
     /// Records `failed`.
     pub failed: u64,
+    /// Records whose state is missing or unknown (corrupt).
+    pub unknown_state: u64,
     /// Sum of the stored response bodies, in bytes, where the store can add them up.
     pub body_bytes: Option<u64>,
     /// Bytes the store's table takes on disk (heap, indexes, TOAST), where it has one.
@@ -40,14 +43,16 @@ pub struct StoreGauges {
     /// Live `in_progress` records whose lease has expired (or is missing): their holder
     /// died and no retry has taken them over yet.
     pub stuck_in_progress: u64,
-    /// True when the counts are estimates (sampling, catalog statistics).
+    /// True when the counts are estimates (sampling, catalog statistics); false when every
+    /// record was counted.
     pub approximate: bool,
 }
 
-impl StoreGauges {
-    /// All records held, every state.
+impl StoreCount {
+    /// All records held, every state (unknown ones included), expired ones not yet purged
+    /// included.
     pub fn records(&self) -> u64 {
-        self.in_progress + self.completed + self.failed
+        self.in_progress + self.completed + self.failed + self.unknown_state
     }
 
     /// Seconds since the oldest record was created (0 when empty).
@@ -108,7 +113,7 @@ impl StoreGauges {
             Some(RecordState::InProgress) => self.in_progress += 1,
             Some(RecordState::Completed) => self.completed += 1,
             Some(RecordState::Failed) => self.failed += 1,
-            None => {}
+            None => self.unknown_state += 1,
         }
         if expired {
             if let Some(n) = self.expired.as_mut() {
@@ -128,7 +133,7 @@ impl StoreGauges {
     }
 }
 
-/// What [`StoreGauges::count`] needs of one record.
+/// What [`StoreCount::count`] needs of one record.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RecordFacts {
     /// `created_at`, ms.
@@ -141,14 +146,15 @@ pub struct RecordFacts {
     pub body_bytes: Option<u64>,
 }
 
-/// A store that can report its gauges and count what a purge would delete.
+/// A store that can count what it holds and what a purge would delete.
 pub trait GaugedStore: IdempotencyStore {
-    /// Reads a [`StoreGauges`] snapshot. Cheap enough to call every few seconds (each
-    /// store's docs give the cost).
+    /// Counts what the store holds: exactly, or an estimate marked
+    /// [`StoreCount::approximate`]. Cheap enough to call every few seconds (each store's
+    /// docs give the cost and say when it estimates).
     ///
     /// # Errors
     /// A store error, classified as for the store operations.
-    fn gauges(&self) -> impl Future<Output = Result<StoreGauges>> + Send;
+    fn gauges(&self) -> impl Future<Output = Result<StoreCount>> + Send;
 
     /// Counts the records a purge would delete now (past their `expires_at`), deleting
     /// nothing; at most `limit` are counted. `None` where the store expires records itself
@@ -174,11 +180,11 @@ mod tests {
 
     #[test]
     fn counting_sorts_states_expired_and_stuck() {
-        let mut g = StoreGauges {
+        let mut g = StoreCount {
             now: 1_000,
             expired: Some(0),
             body_bytes: Some(0),
-            ..StoreGauges::default()
+            ..StoreCount::default()
         };
         g.count(Some(RecordState::Completed), facts(100, 500, None)); // expired
         g.count(Some(RecordState::InProgress), facts(200, 5_000, Some(900))); // stuck
@@ -199,9 +205,9 @@ mod tests {
 
     #[test]
     fn a_store_that_cannot_tell_keeps_none() {
-        let mut g = StoreGauges {
+        let mut g = StoreCount {
             now: 1_000,
-            ..StoreGauges::default()
+            ..StoreCount::default()
         };
         g.count(Some(RecordState::Completed), facts(100, 500, None));
         g.count(Some(RecordState::Failed), facts(700, 5_000, None));
@@ -211,6 +217,6 @@ mod tests {
             (g.completed, g.failed, g.oldest_created_at),
             (0, 1, Some(700))
         );
-        assert_eq!(StoreGauges::default().oldest_age_seconds(), 0.0);
+        assert_eq!(StoreCount::default().oldest_age_seconds(), 0.0);
     }
 }

@@ -16,8 +16,8 @@
 //! - [`store`]: the [`IdempotencyStore`] trait (atomic primitives, no policy);
 //!   [`memory`]: [`MemoryStore`].
 //! - [`admin`]: the operator operations ([`admin::AdminStore`]: list a key's records,
-//!   delete one exact record, count what a store holds).
-//! - [`gauges`]: [`StoreGauges`], what a store holds, for metrics.
+//!   delete one exact record).
+//! - [`gauges`]: [`StoreCount`], what a store holds, for `idemgate stats` and the metrics.
 //! - [`counters`]: the lifecycle's counters, each series registered at 0 at start-up.
 //! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
 //!   outcome until it lands), with a deadline on every store call.
@@ -48,16 +48,18 @@ pub mod lifecycle;
 pub mod loghash;
 #[cfg(feature = "memory")]
 pub mod memory;
+pub mod problem;
 pub mod purge;
 pub mod record;
+pub mod report;
 pub mod status;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use engine::{decide, Decision, DecisionPolicy, LeaseExpiredPolicy};
+pub use engine::{decide, Decision, LeaseExpiredPolicy};
 pub use fingerprint::Fingerprint;
-pub use gauges::{GaugedStore, StoreGauges};
+pub use gauges::{GaugedStore, StoreCount};
 pub use integrity::{response_checksum, RawRecord};
 pub use key::{IdempotencyKey, KeyError};
 pub use lifecycle::{

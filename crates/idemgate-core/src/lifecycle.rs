@@ -34,11 +34,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::{decide, Decision, DecisionPolicy};
+use crate::engine::{decide, Decision};
 use crate::fingerprint::Fingerprint;
 use crate::record::{IdempotencyRecord, Lease, LeaseToken, ScopedKey, StoredResponse};
 use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest, StoreError};
 
+mod config;
 mod outcome;
 mod peek;
 mod pending;
@@ -46,6 +47,7 @@ mod reclaim;
 #[cfg(test)]
 mod tests;
 
+pub use config::{LifecycleConfig, RoutePlan};
 pub use outcome::{Finished, Outcome, PendingOutcome};
 use peek::fingerprint_as;
 pub use peek::{Acquire, Peek};
@@ -55,51 +57,6 @@ use pending::Pending;
 /// changing under it (released, expired or taken over by someone else) before it answers
 /// [`Answer::InFlight`].
 const MAX_ROUNDS: usize = 8;
-
-/// Engine-wide settings (per process, not per route).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LifecycleConfig {
-    /// Deadline of every store call; past it the call counts as failed
-    /// ([`StoreError::Timeout`]) and nothing is run late. Defaults to 2 s.
-    pub store_timeout: Duration,
-    /// Outcome writes not yet landed (store down or slow) past which new requests get
-    /// [`Answer::Overloaded`] instead of running. Defaults to 1,024.
-    pub max_pending_outcomes: usize,
-    /// Bytes of responses held by outcome writes being retried past which new requests get
-    /// [`Answer::Overloaded`]. Defaults to 64 MiB.
-    pub max_pending_outcome_bytes: usize,
-}
-
-impl Default for LifecycleConfig {
-    fn default() -> Self {
-        Self {
-            store_timeout: Duration::from_secs(2),
-            max_pending_outcomes: 1024,
-            max_pending_outcome_bytes: 64 << 20,
-        }
-    }
-}
-
-/// The per-route settings of one attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RoutePlan {
-    /// How long a dead holder blocks retries; renewed every third of it. Defaults to 10 s.
-    pub lease_ttl: Duration,
-    /// How long the record lives. Defaults to 24 h.
-    pub record_ttl: Duration,
-    /// The decision's knobs (what an expired lease means, retry of failed records).
-    pub decision: DecisionPolicy,
-}
-
-impl Default for RoutePlan {
-    fn default() -> Self {
-        Self {
-            lease_ttl: Duration::from_secs(10),
-            record_ttl: Duration::from_secs(24 * 3600),
-            decision: DecisionPolicy::default(),
-        }
-    }
-}
 
 /// The result of [`Lifecycle::begin`].
 #[derive(Debug)]
@@ -296,7 +253,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                 Err(e) => return Begin::Answer(self.store_failed(key, e)),
             };
             let fp = fingerprint_as(&record, fingerprint, &refingerprint).await;
-            let answer = match decide(Some(&record), &fp, now, &plan.decision) {
+            let answer = match decide(Some(&record), &fp, now, plan) {
                 Decision::Insert => continue, // expired between the read and the decision
                 Decision::Takeover => match self.take_over(&record, now, plan, token).await {
                     Ok(Some(holder)) => return Begin::Run(holder),

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 mod admin;
 
 use crate::integrity::RawRecord;
+use crate::record::duration_ms as millis;
 use crate::record::{
     IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse, UnixMillis,
 };
@@ -41,10 +42,6 @@ impl Default for MemoryStore {
 }
 
 type Map = HashMap<ScopedKey, RawRecord>;
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 /// True when `raw` is past its TTL at `now` (an unreadable expiry never expires).
 fn expired(raw: &RawRecord, now: UnixMillis) -> bool {
@@ -263,9 +260,9 @@ impl IdempotencyStore for MemoryStore {
 
 impl crate::gauges::GaugedStore for MemoryStore {
     /// Exact: one pass over the map under its mutex (O(records)).
-    async fn gauges(&self) -> Result<crate::gauges::StoreGauges> {
+    async fn gauges(&self) -> Result<crate::gauges::StoreCount> {
         let map = self.map();
-        let mut g = crate::gauges::StoreGauges {
+        let mut g = crate::gauges::StoreCount {
             now: self.now(),
             expired: Some(0),
             body_bytes: Some(0),

@@ -19,6 +19,11 @@ pub fn now_millis() -> UnixMillis {
         .unwrap_or(0)
 }
 
+/// `d` in whole milliseconds, saturating at `i64::MAX`.
+pub fn duration_ms(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// What identifies a record: (principal, route template, idempotency key). One caller can
 /// never see another caller's record, and a key for `/payments` never replays on `/refunds`.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]

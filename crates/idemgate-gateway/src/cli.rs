@@ -177,19 +177,16 @@ pub fn validated(config: Config) -> anyhow::Result<Validated> {
 /// Every problem found, one per line.
 pub fn validated_with(config: Config, mut file_errs: Vec<String>) -> anyhow::Result<Validated> {
     match config.validate() {
-        Ok(v) if file_errs.is_empty() => Ok(v),
-        Ok(_) => Err(anyhow::anyhow!(
-            "invalid configuration:\n  {}",
-            file_errs.join("\n  ")
-        )),
-        Err(errs) => {
-            file_errs.extend(errs);
-            Err(anyhow::anyhow!(
-                "invalid configuration:\n  {}",
-                file_errs.join("\n  ")
-            ))
-        }
+        Ok(v) if file_errs.is_empty() => return Ok(v),
+        Ok(_) => {}
+        Err(errs) => file_errs.extend(errs),
     }
+    Err(invalid(&file_errs))
+}
+
+/// One message listing `errs`, one per line.
+pub fn invalid(errs: &[String]) -> anyhow::Error {
+    anyhow::anyhow!("invalid configuration:\n  {}", errs.join("\n  "))
 }
 
 /// `idemgate config check FILE`: every error, or "ok".
@@ -197,13 +194,15 @@ pub fn validated_with(config: Config, mut file_errs: Vec<String>) -> anyhow::Res
 /// # Errors
 /// The problems found.
 pub fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
-    let (mut config, file_errs) = Config::load(file)?;
+    let (config, mut errs) = Config::load(file)?;
     if config.upstream.is_empty() {
-        // The flag may supply it at start-up; check the rest.
-        config.upstream = "http://upstream.invalid".into();
+        // The flag may supply it at start-up; the rest is checked.
         println!("note: `upstream` is not set in the file; `--upstream` must give it");
     }
-    validated_with(config, file_errs).with_context(|| format!("{}", file.display()))?;
+    errs.extend(config.check());
+    if !errs.is_empty() {
+        return Err(invalid(&errs)).with_context(|| format!("{}", file.display()));
+    }
     println!("{}: ok", file.display());
     Ok(())
 }

@@ -5,15 +5,12 @@
 //! [`Config::validate`] reports every error at once, each naming its field.
 //! `docs/gateway.example.toml` lists every key with its default.
 
-use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use http::HeaderName;
-use idemgate_tower::{Policy, RoutePolicy};
+use idemgate_tower::policy::Principals;
+use idemgate_tower::{Policy, PrincipalSource};
 use serde::Deserialize;
-
-use crate::store::{OpenOptions, StoreUrl};
 
 /// The whole file. Every field has the DESIGN.md default.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -98,16 +95,18 @@ pub struct Config {
     /// logs; the environment variable `IDEMGATE_LOG_HASH_KEY` overrides it. Empty: a random
     /// secret per process. Default empty.
     pub log_hash_key: String,
-    /// Route policy for every covered request, unless a route overrides it.
-    pub defaults: RouteConfig,
-    /// Per-route policies; fields left out inherit `[defaults]`.
-    pub routes: Vec<RouteConfig>,
+    /// Route policy for every covered request, unless a route overrides it: an overlay on
+    /// [`idemgate_tower::RoutePolicy::default`], with the keys of
+    /// [`idemgate_tower::policy::RouteEntry`].
+    pub defaults: RouteTable,
+    /// Per-route policies, each an overlay on `[defaults]`.
+    pub routes: Vec<RouteTable>,
     /// How bearer tokens are verified for `principal = "jwt:CLAIM"`. Default: absent.
     pub jwt: Option<JwtConfig>,
     /// A file holding a secret (at least 32 bytes; trailing whitespace dropped): routes
     /// with `principal = "authorization"` then scope by an HMAC of the header instead of
     /// its plain SHA-256, so stored principals cannot be cracked offline. Setting, changing
-    /// or removing it changes every such caller's scope (README). Default: absent.
+    /// or removing it changes every such caller's scope (docs/configuration.md). Default: absent.
     pub principal_hash_key_file: Option<String>,
     /// Let a `SIGHUP` reload change what (principal, route) requests get ([`ScopeSettings`]),
     /// although retries of keys in flight then run again. Default false (refused, logged).
@@ -118,6 +117,8 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
+        // The engine's settings are the lifecycle's defaults, written there.
+        let engine = idemgate_core::lifecycle::LifecycleConfig::default();
         Self {
             listen: "127.0.0.1:8080".into(),
             admin_listen: "127.0.0.1:9090".into(),
@@ -131,9 +132,9 @@ impl Default for Config {
             store_token_file: String::new(),
             store_ca_file: String::new(),
             store_migrate: true,
-            store_timeout: "2s".into(),
-            max_pending_outcomes: 1024,
-            max_pending_outcome_bytes: 64 << 20,
+            store_timeout: humantime::format_duration(engine.store_timeout).to_string(),
+            max_pending_outcomes: engine.max_pending_outcomes,
+            max_pending_outcome_bytes: engine.max_pending_outcome_bytes,
             upstream_timeout: "60s".into(),
             max_response_headers: 256,
             header_name: "Idempotency-Key".into(),
@@ -150,7 +151,7 @@ impl Default for Config {
             purge_batch: 1000,
             gauges_interval: "15s".into(),
             log_hash_key: String::new(),
-            defaults: RouteConfig::builtin(),
+            defaults: RouteTable::default(),
             routes: Vec::new(),
             jwt: None,
             principal_hash_key_file: None,
@@ -163,41 +164,6 @@ impl Default for Config {
 /// Largest accepted `max_response_headers`: the parser allocates this many slots per
 /// response.
 pub const MAX_RESPONSE_HEADERS_LIMIT: usize = 4096;
-
-/// A configuration that passed [`Config::validate`].
-#[derive(Debug, Clone)]
-pub struct Validated {
-    /// Gateway listener.
-    pub listen: SocketAddr,
-    /// Admin listener, if enabled.
-    pub admin_listen: Option<SocketAddr>,
-    /// Upstream base URL.
-    pub upstream: http::Uri,
-    /// Store.
-    pub store: StoreUrl,
-    /// How to open it.
-    pub store_options: OpenOptions,
-    /// Upstream response-header timeout.
-    pub upstream_timeout: Duration,
-    /// Most header fields in an upstream response.
-    pub max_response_headers: usize,
-    /// In-process purge period; `None` disables.
-    pub purge_interval: Option<Duration>,
-    /// Purge batch size.
-    pub purge_batch: std::num::NonZeroU32,
-    /// Store gauge refresh period; `None` disables.
-    pub gauges_interval: Option<Duration>,
-    /// The layer's policy.
-    pub policy: Policy,
-    /// The log hash secret, if configured.
-    pub log_hash_key: Option<String>,
-    /// Listener and upstream TLS.
-    pub tls: TlsSettings,
-    /// What decides requests' scope (a reload compares it with the one applied last).
-    pub scope: ScopeSettings,
-    /// Whether a reload to this configuration may change [`Validated::scope`].
-    pub allow_scope_change_on_reload: bool,
-}
 
 impl Config {
     /// Reads and parses a TOML file (syntax, types and unknown keys; see [`Config::validate`]
@@ -234,149 +200,42 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks every value, returning all errors (each `field: problem`), not just the first.
-    ///
-    /// # Errors
-    /// The list of problems found.
-    pub fn validate(&self) -> Result<Validated, Vec<String>> {
-        let mut errs = Vec::new();
-        let listen = parse_addr("listen", &self.listen, &mut errs);
-        let admin_listen = if self.admin_listen.trim().is_empty() {
-            None
-        } else {
-            parse_addr("admin_listen", &self.admin_listen, &mut errs)
-        };
-        // Port 0 asks the system for a free port, a different one for each listener.
-        if listen.is_some_and(|a| a.port() != 0) && listen == admin_listen {
-            errs.push(format!(
-                "admin_listen: `{}` is also `listen`; give it another port",
-                self.admin_listen
-            ));
-        }
-        let upstream = parse_upstream(&self.upstream, &mut errs);
-        let https = upstream
-            .as_ref()
-            .is_some_and(|u| u.scheme_str() == Some("https"));
-        let tls = self.tls(https, &mut errs);
-        let store = StoreUrl::parse(&self.store)
-            .map_err(|e| errs.push(format!("store: {e}")))
-            .ok();
-        self.check_store_token_file(&mut errs);
-        let upstream_timeout = duration("upstream_timeout", &self.upstream_timeout, &mut errs);
-        if !(1..=MAX_RESPONSE_HEADERS_LIMIT).contains(&self.max_response_headers) {
-            errs.push(format!(
-                "max_response_headers: must be between 1 and {MAX_RESPONSE_HEADERS_LIMIT}, got {}",
-                self.max_response_headers
-            ));
-        }
-        let lifecycle = self.lifecycle(&mut errs);
-        // `serve` ignores the section, but `config check` and `key-service` report it.
-        if self.key_service != idemgate_key_service::KeyServiceConfig::default() {
-            if let Err(e) = self.key_service.validate() {
-                errs.extend(e);
-            }
-        }
-        let purge_interval = duration("purge_interval", &self.purge_interval, &mut errs);
-        let purge_batch = std::num::NonZeroU32::new(self.purge_batch);
-        if purge_batch.is_none() {
-            errs.push("purge_batch: must be at least 1".into());
-        }
-        let gauges_interval =
-            duration("gauges_interval", &self.gauges_interval, &mut errs).filter(|d| !d.is_zero());
-        let min = idemgate_core::loghash::MIN_SECRET_BYTES;
-        if (1..min).contains(&self.log_hash_key.len()) {
-            errs.push(format!(
-                "log_hash_key: must be at least {min} bytes, or empty"
-            ));
-        }
-        let header_name = parse::header_name("header_name", &self.header_name, &mut errs);
-        let methods = parse::methods(&self.methods, &mut errs);
-        let override_headers = parse::override_headers(self, header_name.as_ref(), &mut errs);
+    /// The routes section: the key header, covered methods and the route policies; every
+    /// problem goes to `errs` as `field: problem`.
+    pub(crate) fn routes_section(&self, errs: &mut Vec<String>) -> Policy {
+        let header_name = parse::header_name("header_name", &self.header_name, errs);
+        let methods = parse::methods(&self.methods, errs);
+        let override_headers = parse::override_headers(self, header_name.as_ref(), errs);
         if self.key_min_length == 0 || self.key_min_length > self.key_max_length {
             errs.push(format!(
                 "key_min_length/key_max_length: need 1 <= min <= max, got {} and {}",
                 self.key_min_length, self.key_max_length
             ));
         }
-        let defaults = self.defaults.or(&RouteConfig::builtin());
-        if defaults.route.is_some() {
-            errs.push("defaults.route: routes belong in [[routes]]".into());
-        }
-        let jwt = self.jwt.as_ref().map(|j| j.verifier(&mut errs));
-        let jwt = Jwt::new(self.jwt.is_some(), jwt.flatten());
-        let hmac = parse::principal_hash_key(&self.principal_hash_key_file, &mut errs);
-        let keyed = |rp: RoutePolicy| parse::keyed_principal(rp, hmac.as_ref());
-        let default_route = route_policy("defaults", &defaults, &jwt, &mut errs).map(keyed);
-        let mut policy =
-            Policy::default().with_default_route(default_route.clone().unwrap_or_default());
+        // `[jwt]` absent, broken (reported under `jwt`) or its verifier.
+        let jwt = self.jwt.as_ref().map(|j| j.verifier(errs));
+        let hash_key = parse::principal_hash_key(&self.principal_hash_key_file, errs);
+        let mut policy = Policy::default();
         policy.header_name = header_name.unwrap_or(HeaderName::from_static("idempotency-key"));
         policy.methods = methods;
         policy.override_headers = override_headers;
-        policy.unmatched = setting("unmatched", Some(&self.unmatched), &mut errs);
-        policy.forward_path = setting("forward_path", Some(&self.forward_path), &mut errs);
+        policy.unmatched = setting("unmatched", Some(&self.unmatched), errs);
+        policy.forward_path = setting("forward_path", Some(&self.forward_path), errs);
         policy.key_len = (self.key_min_length, self.key_max_length);
         policy.problem_type_base.clone_from(&self.problem_type_base);
-        policy.lifecycle = lifecycle;
-        // Routes inherit valid defaults; a bad default is reported once, under `defaults`.
-        let inherited = if default_route.is_some() {
-            defaults
-        } else {
-            RouteConfig::builtin()
+        let principals = Principals {
+            jwt: &|claim| match &jwt {
+                Some(Some(verifier)) => Ok(PrincipalSource::Jwt {
+                    claim: claim.to_owned(),
+                    verifier: verifier.clone(),
+                }),
+                Some(None) => Ok(PrincipalSource::AuthorizationHash),
+                None => Err("needs a [jwt] table with hs256_secret_file and/or jwks_file".into()),
+            },
+            hash_key: hash_key.as_ref(),
         };
-        let mut seen = std::collections::HashMap::new();
-        for (i, r) in self.routes.iter().enumerate() {
-            let field = format!("routes[{i}]");
-            let rp = route_policy(&field, &r.or(&inherited), &jwt, &mut errs).map(keyed);
-            let Some(template) = &r.route else {
-                errs.push(format!("{field}.route: missing (e.g. \"POST /payments\")"));
-                continue;
-            };
-            let spelled: Vec<&str> = template.split_whitespace().collect();
-            if let Some(first) = seen.insert(spelled.join(" "), i) {
-                errs.push(format!(
-                    "{field}.route: `{template}` is already routes[{first}].route; merge the two entries"
-                ));
-                continue;
-            }
-            match policy.clone().with_route(template, rp.unwrap_or_default()) {
-                Ok(p) => policy = p,
-                Err(e) => errs.push(format!("{field}.route: {e}")),
-            }
-        }
-        match (
-            listen,
-            upstream,
-            store,
-            upstream_timeout,
-            purge_interval,
-            purge_batch,
-        ) {
-            (
-                Some(listen),
-                Some(upstream),
-                Some(store),
-                Some(upstream_timeout),
-                Some(purge),
-                Some(purge_batch),
-            ) if errs.is_empty() => Ok(Validated {
-                listen,
-                admin_listen,
-                upstream,
-                store,
-                store_options: self.open_options(),
-                upstream_timeout,
-                max_response_headers: self.max_response_headers,
-                purge_interval: (!purge.is_zero()).then_some(purge),
-                purge_batch,
-                gauges_interval,
-                log_hash_key: (!self.log_hash_key.is_empty()).then(|| self.log_hash_key.clone()),
-                tls,
-                scope: ScopeSettings::new(self, &policy),
-                allow_scope_change_on_reload: self.allow_scope_change_on_reload,
-                policy,
-            }),
-            _ => Err(errs),
-        }
+        let routes = self.routes.iter().map(|r| &r.0);
+        policy.with_route_tables(&self.defaults.0, routes, principals, errs)
     }
 }
 
@@ -385,14 +244,15 @@ mod load;
 mod parse;
 mod route;
 mod scope;
+mod sections;
 mod store;
 #[cfg(test)]
 mod tests;
 mod tls;
 
 pub use jwt::JwtConfig;
-use parse::{duration, parse_addr, parse_upstream, setting};
-pub use route::RouteConfig;
-use route::{route_policy, Jwt};
+use parse::{duration, setting};
+pub use route::RouteTable;
 pub use scope::ScopeSettings;
+pub use sections::{AdminView, Base, Validated};
 pub use tls::TlsSettings;

@@ -1,5 +1,7 @@
-//! `serve`'s store gauges: read from the store every `gauges_interval` and set on
-//! `/metrics` ([`idemgate_core::StoreGauges::export`]), whether or not a purge runs.
+//! The store gauges of `serve` and `key-service`: the store's count
+//! ([`idemgate_core::GaugedStore::gauges`], as `idemgate stats` prints it) read every
+//! `gauges_interval` and set on `/metrics` ([`idemgate_core::StoreCount::export`]), whether
+//! or not a purge runs.
 
 use std::future::Future;
 use std::time::Duration;

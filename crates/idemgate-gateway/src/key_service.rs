@@ -1,30 +1,20 @@
 //! `idemgate key-service`: the [`idemgate_key_service`] API on the store the configuration
-//! names, with the gateway's listeners (TLS via `tls_cert_file`/`tls_key_file`), admin
-//! endpoints, purge loop, store gauges and graceful shutdown.
+//! names, as a [`Service`](crate::host::Service) of the [`Host`]: the gateway's listeners
+//! (TLS via `tls_cert_file`/`tls_key_file`), admin endpoints, purge loop, store gauges and
+//! graceful shutdown.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::Context;
-use axum::extract::State;
-use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::serve::ListenerExt;
-use axum::Router;
 use clap::Args;
-use http::StatusCode;
 use idemgate_core::{IdempotencyStore, Lifecycle};
 use idemgate_key_service::{KeyService, KeyServiceSettings};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
-use crate::config::{Config, Validated};
-use crate::purge::{PurgeOptions, QuietProgress};
+use crate::config::{Base, Config};
+use crate::host::Host;
 use crate::store::AnyStore;
-use crate::tls::TlsListener;
 
 /// Flags of `key-service` (they override the file).
 #[derive(Debug, Args)]
@@ -49,8 +39,8 @@ pub struct KeyServiceArgs {
 /// A key-service configuration that passed validation.
 #[derive(Debug, Clone)]
 pub struct KeyServiceConfig {
-    /// The shared settings (store, TLS, purge, gauges, store deadline).
-    pub base: Validated,
+    /// The sections shared with `serve` (store, engine, TLS, routes).
+    pub base: Base,
     /// The `[key_service]` section.
     pub service: KeyServiceSettings,
 }
@@ -78,33 +68,23 @@ impl KeyServiceArgs {
     }
 }
 
-/// Validates `config` for the key service (its gateway-only keys need no values).
+/// Validates `config` for the key service: its sections ([`Config::base`] and
+/// `[key_service]`), not the gateway's listeners and upstream.
 ///
 /// # Errors
 /// Every problem, one per line.
-pub fn resolve(mut config: Config, errs: &mut Vec<String>) -> anyhow::Result<KeyServiceConfig> {
+pub fn resolve(config: Config, errs: &mut Vec<String>) -> anyhow::Result<KeyServiceConfig> {
     if matches!(
         crate::store::StoreUrl::parse(&config.store),
         Ok(crate::store::StoreUrl::KeyService(_))
     ) {
         errs.push("store: a key service cannot keep its records in another key service".into());
     }
-    // `serve`'s own listeners and upstream do not apply here.
-    config.upstream = "http://upstream.invalid".into();
-    config.listen = "127.0.0.1:0".into();
-    config.admin_listen = String::new();
-    let service = config.key_service.validate();
-    let base = config.validate();
+    let base = config.base(errs);
+    let service = config.key_service.validate().map_err(|e| errs.extend(e));
     match (base, service) {
-        (Ok(base), Ok(service)) if errs.is_empty() => Ok(KeyServiceConfig { base, service }),
-        (base, service) => {
-            match base {
-                // Holds the section's errors too (see `Config::validate`).
-                Err(e) => errs.extend(e),
-                Ok(_) => errs.extend(service.err().unwrap_or_default()),
-            }
-            anyhow::bail!("invalid configuration:\n  {}", errs.join("\n  "))
-        }
+        (Some(base), Ok(service)) if errs.is_empty() => Ok(KeyServiceConfig { base, service }),
+        _ => Err(crate::cli::invalid(errs)),
     }
 }
 
@@ -122,18 +102,10 @@ pub async fn command(
         idemgate_core::loghash::set_secret(secret.as_bytes())
             .map_err(|e| anyhow::anyhow!("log_hash_key: {e}"))?;
     }
-    let listener = TcpListener::bind(config.service.listen)
-        .await
-        .with_context(|| format!("key_service.listen: cannot bind {}", config.service.listen))?;
-    let admin = match config.service.admin_listen {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("key_service.admin_listen: cannot bind {addr}"))?,
-        ),
-        None => None,
-    };
-    let store = Arc::new(AnyStore::open(&config.base.store, &config.base.store_options).await?);
+    let listen = ("key_service.listen", config.service.listen);
+    let admin = ("key_service.admin_listen", config.service.admin_listen);
+    let (listener, admin) = crate::host::bind(listen, admin).await?;
+    let store = Arc::new(crate::store::open(&config.base.store, &config.base.store_options).await?);
     run(config, store, listener, admin, shutdown).await
 }
 
@@ -149,105 +121,15 @@ pub async fn run(
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    crate::server::prometheus();
+    let host = Host::start(&config.base, &store, admin, shutdown);
     crate::telemetry::register_key_service(&config.service, store.backend());
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
     let lifecycle = Lifecycle::new(store.clone(), config.base.policy.lifecycle.clone());
     let app = idemgate_key_service::router(KeyService::new(lifecycle, &config.service));
-    if let Some(admin) = admin {
-        let admin_app = Router::new()
-            .route("/healthz", get(|| async { "ok\n" }))
-            .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics_text))
-            .with_state(store.clone());
-        tracing::info!(admin = %admin.local_addr()?, "idemgate key service admin listening");
-        let rx = stop_rx.clone();
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(admin, admin_app)
-                .with_graceful_shutdown(stopped(rx))
-                .await
-            {
-                tracing::error!(error = %e, "admin listener failed");
-            }
-        });
-    }
-    background(&config.base, &store, &stop_rx);
     tracing::info!(
         listen = %listener.local_addr()?,
         tls = config.base.tls.listener.is_some(),
         store = store.backend(),
         "idemgate key service listening"
     );
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    match &config.base.tls.listener {
-        Some(tls) => {
-            let tls = TlsListener::new(listener, tls.clone()).tap_io(|_| {});
-            axum::serve(tls, app)
-                .with_graceful_shutdown(stopped(stop_rx))
-                .await?
-        }
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopped(stop_rx))
-                .await?
-        }
-    }
-    Ok(())
-}
-
-/// The purge loop and the store gauges, as `serve` runs them.
-fn background(config: &Validated, store: &Arc<AnyStore>, stop_rx: &watch::Receiver<bool>) {
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    if let Some(every) = config.purge_interval {
-        let (store, rx) = (store.clone(), stop_rx.clone());
-        let opts = PurgeOptions {
-            batch: config.purge_batch,
-            max_rate: None,
-            dry_run: false,
-        };
-        tokio::spawn(async move {
-            let quiet = || Box::new(QuietProgress) as Box<dyn crate::purge::Progress>;
-            crate::purge::watch(&*store, opts, every, false, quiet, stopped(rx)).await;
-        });
-    }
-    if let Some(every) = config.gauges_interval {
-        let (store, rx) = (store.clone(), stop_rx.clone());
-        tokio::spawn(async move { crate::gauges::refresh(&*store, every, stopped(rx)).await });
-    }
-}
-
-async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {
-    match tokio::time::timeout(Duration::from_secs(2), store.ping()).await {
-        Ok(Ok(())) => (StatusCode::OK, "ready\n".to_owned()),
-        Ok(Err(e)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{}\n", crate::store::describe(&e)),
-        ),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store timed out\n".to_owned(),
-        ),
-    }
-}
-
-async fn metrics_text() -> impl IntoResponse {
-    match crate::server::prometheus() {
-        Some(h) => (StatusCode::OK, h.render()),
-        None => (
-            StatusCode::NOT_FOUND,
-            "metrics recorder unavailable\n".into(),
-        ),
-    }
+    host.run(listener, app).await
 }

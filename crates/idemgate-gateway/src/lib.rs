@@ -5,7 +5,8 @@
 //!
 //! # Layout
 //! - [`cli`]: the command line; [`config`]: the TOML file and its validation.
-//! - [`server`]: the listeners and the background tasks; [`purge`]: the purge loop
+//! - [`host`]: what `serve` and `key-service` share (admin listener, shutdown, purge,
+//!   gauges); [`server`]: the gateway as a service of it; [`purge`]: the purge loop
 //!   (`idemgate purge` and `serve`'s) and its progress; [`proxy`]: the upstream client;
 //!   [`linger`]: lingering close, so early answers reach clients still sending.
 //! - [`store`]: the backend chosen at run time; [`gauges`]: its gauges on `/metrics`;
@@ -15,18 +16,19 @@
 //! - [`openapi`]: the contract as OpenAPI (`idemgate openapi`).
 //! - [`key_service`]: `idemgate key-service`, the [`idemgate_key_service`] router on this
 //!   binary's stores, listeners and TLS.
-//! - [`payments`] and [`demo`]: the example payments API and the incident replay.
+//!
+//! `idemgate demo` and `demo-api` are the binary's: the example payments API and the incident
+//! replay live in the `idemgate-demo` crate, outside this library (see [`main`]).
 
 pub mod admin;
 pub mod cli;
 pub mod config;
-pub mod demo;
 pub mod gauges;
+pub mod host;
 pub mod key_service;
 pub mod linger;
 pub mod migrate;
 pub mod openapi;
-pub mod payments;
 pub mod proxy;
 pub mod purge;
 pub mod reload;
@@ -35,13 +37,13 @@ pub mod store;
 pub mod telemetry;
 pub mod tls;
 
-use anyhow::Context;
 use clap::Parser;
 
 use crate::cli::{Cli, Command, ConfigCommand};
 
-/// Runs the command line. Returns the process exit code.
-pub async fn main() -> std::process::ExitCode {
+/// Runs the command line, handing `demo` the commands this library does not hold
+/// ([`Command::Demo`] and [`Command::DemoApi`]). Returns the process exit code.
+pub async fn main(demo: impl AsyncFnOnce(Command) -> anyhow::Result<()>) -> std::process::ExitCode {
     let cli = Cli::parse();
     // The demo prints its own report; the gateway logs start-up and problems.
     let default_level = match cli.command {
@@ -59,7 +61,7 @@ pub async fn main() -> std::process::ExitCode {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
     }
-    match dispatch(cli.command).await {
+    match dispatch(cli.command, demo).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // Each cause once: many drivers repeat their cause in their own message.
@@ -72,7 +74,10 @@ pub async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn dispatch(command: Command) -> anyhow::Result<()> {
+async fn dispatch(
+    command: Command,
+    demo: impl AsyncFnOnce(Command) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => {
             let config = args.resolve()?;
@@ -80,18 +85,10 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
                 idemgate_core::loghash::set_secret(secret.as_bytes())
                     .map_err(|e| anyhow::anyhow!("log_hash_key: {e}"))?;
             }
-            server::prometheus();
-            let listener = tokio::net::TcpListener::bind(config.listen)
-                .await
-                .with_context(|| format!("listen: cannot bind {}", config.listen))?;
-            let admin = match config.admin_listen {
-                Some(addr) => Some(
-                    tokio::net::TcpListener::bind(addr)
-                        .await
-                        .with_context(|| format!("admin_listen: cannot bind {addr}"))?,
-                ),
-                None => None,
-            };
+            telemetry::prometheus();
+            let listen = ("listen", config.listen);
+            let (listener, admin) =
+                host::bind(listen, ("admin_listen", config.admin_listen)).await?;
             let resolve: reload::Resolve = Box::new(move || args.resolve());
             server::run_reloading(config, listener, admin, shutdown_signal(), Some(resolve)).await
         }
@@ -108,16 +105,12 @@ async fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Resolve(args) => admin::resolve(args).await,
         Command::Stats(args) => admin::stats(args).await,
         Command::Openapi(args) => openapi::command(args),
-        Command::Demo => demo::run().await,
-        Command::DemoApi { listen } => {
-            let listener = tokio::net::TcpListener::bind(listen).await?;
-            println!("example payments API on http://{}", listener.local_addr()?);
-            payments::serve(listener, shutdown_signal()).await
-        }
+        command @ (Command::Demo | Command::DemoApi { .. }) => demo(command).await,
     }
 }
 
-pub(crate) async fn shutdown_signal() {
+/// Completes on Ctrl-C or `SIGTERM`, after logging that the process shuts down.
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

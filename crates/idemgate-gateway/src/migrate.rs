@@ -2,7 +2,9 @@
 
 use anyhow::Context;
 
-use crate::store::{redact, AnyStore, OpenOptions, StoreUrl};
+use idemgate_sqlite::SqliteLocation;
+
+use crate::store::{open, redact, AnyStore, OpenOptions, StoreUrl};
 
 /// Migrates the store `url` names and returns one line saying what changed: the file or
 /// table created, the migrations applied, or that nothing was pending.
@@ -19,17 +21,20 @@ pub async fn run(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<String> {
             Ok("idemgate:// has no schema here; the key service migrates its own store".into())
         }
         StoreUrl::Redis(u) => {
-            AnyStore::open(url, &opts).await?;
+            open(url, &opts).await?;
             Ok(format!(
                 "redis store {}: no schema to migrate; nothing to do",
                 redact(u)
             ))
         }
-        StoreUrl::Sqlite(path) => {
-            let before = path.exists().then(|| user_version(path)).transpose()?;
+        StoreUrl::Sqlite(SqliteLocation::File(path)) => {
+            let before = path
+                .exists()
+                .then(|| user_version(path.as_path()))
+                .transpose()?;
             // Opening migrates (in one transaction).
-            drop(AnyStore::open(url, &opts).await?);
-            let after = user_version(path)?;
+            drop(open(url, &opts).await?);
+            let after = user_version(path.as_path())?;
             let p = path.display();
             Ok(match before {
                 None => format!("created sqlite store {p} at schema version {after}"),
@@ -42,7 +47,7 @@ pub async fn run(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<String> {
             })
         }
         StoreUrl::Postgres(u) => {
-            let AnyStore::Postgres(store) = AnyStore::open(url, &opts).await? else {
+            let AnyStore::Postgres(store) = open(url, &opts).await? else {
                 unreachable!("a postgres URL opens a postgres store")
             };
             let table = store.table_name();
@@ -63,6 +68,8 @@ pub async fn run(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<String> {
                 )
             })
         }
+        // `sqlite::memory:`
+        _ => Ok("an in-memory store has no schema; nothing to do".into()),
     }
 }
 

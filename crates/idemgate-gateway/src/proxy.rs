@@ -19,6 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idemgate_core::BoxError;
 use idemgate_tower::body::BoxBody;
+use idemgate_tower::replay::HOP_BY_HOP;
 use idemgate_tower::NotSent;
 use idemgate_tower::IDEMPOTENT_REPLAYED;
 
@@ -142,19 +143,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         headers.remove(name);
     }
 }
-
-/// Hop-by-hop headers (RFC 9110 §7.6.1): never forwarded in either direction.
-const HOP_BY_HOP: [HeaderName; 9] = [
-    http::header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    http::header::PROXY_AUTHENTICATE,
-    http::header::PROXY_AUTHORIZATION,
-    http::header::TE,
-    http::header::TRAILER,
-    http::header::TRANSFER_ENCODING,
-    http::header::UPGRADE,
-];
 
 /// The header names a `Connection` header lists.
 fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {

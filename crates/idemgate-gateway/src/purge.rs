@@ -179,30 +179,7 @@ pub async fn watch<S: GaugedStore>(
     }
 }
 
-/// An error and its sources on one line, each message once: a source whose text its
-/// parent already shows (many drivers repeat their cause in their own message) is left
-/// out.
-pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut chain = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        chain.push(s.to_string());
-        source = s.source();
-    }
-    join_chain(chain)
-}
-
-/// Joins messages with `: `, leaving out each one a message already shown contains.
-pub fn join_chain(messages: impl IntoIterator<Item = String>) -> String {
-    let mut out: Vec<String> = Vec::new();
-    for m in messages {
-        if m.is_empty() || out.iter().any(|shown| shown.contains(&m)) {
-            continue;
-        }
-        out.push(m);
-    }
-    out.join(": ")
-}
+pub use idemgate_core::report::{error_text, join_chain};
 
 #[cfg(test)]
 mod tests;

@@ -1,37 +1,26 @@
-//! Running the gateway: the proxy listener, the admin listener, the purge and the store
-//! gauges.
+//! Running the gateway: the proxy behind the idempotency layer, as a [`Service`] of the
+//! [`Host`] (admin listener, purge, gauges, shutdown), with its configuration reloaded on
+//! `SIGHUP`.
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::error_handling::HandleError;
-use axum::extract::State;
-use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::serve::ListenerExt;
 use axum::Router;
-use http::{Response, StatusCode};
-use idemgate_core::{BoxError, IdempotencyStore, PurgeHandle};
+use http::Response;
+use idemgate_core::{BoxError, IdempotencyStore};
 use idemgate_tower::body::BoxBody;
 use idemgate_tower::{IdempotencyLayer, IdempotencyRejection, NotSent};
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower::Layer;
 
 use crate::config::Validated;
-use crate::linger::{Linger, LingerListener};
+use crate::host::{Host, Service};
 use crate::proxy::{Proxy, UpstreamHeadTooLarge, UpstreamTimeout};
-use crate::purge::{PurgeOptions, QuietProgress};
 use crate::reload::{self, Current, Resolve};
 use crate::store::AnyStore;
-use crate::tls::TlsListener;
-
-mod length_problem;
-
-use length_problem::{LengthProblem, LengthProblemListener};
 
 /// Serves the gateway on `listener` (and the admin endpoints on `admin`, if given) until
 /// `shutdown` resolves, then drains in-flight requests.
@@ -59,7 +48,7 @@ pub async fn run_reloading(
     shutdown: impl Future<Output = ()> + Send + 'static,
     reload: Option<Resolve>,
 ) -> anyhow::Result<()> {
-    let store = Arc::new(AnyStore::open(&config.store, &config.store_options).await?);
+    let store = Arc::new(crate::store::open(&config.store, &config.store_options).await?);
     serve(config, store, listener, admin, shutdown, reload).await
 }
 
@@ -112,75 +101,22 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     reload: Option<Resolve>,
 ) -> anyhow::Result<()> {
-    prometheus();
+    let host = Host::start(&config.base(), &store, admin, shutdown);
     crate::telemetry::register_gateway(&config.policy, store.backend());
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
     let layer = IdempotencyLayer::from_arc(store.clone(), config.policy.clone());
-    let drain = layer.clone();
     let (app_tx, app_rx) = watch::channel(gateway_app(&layer, &config));
-    let app = Router::new().fallback_service(Current::new(app_rx));
     // The longest upstream timeout any configuration had: the drain at shutdown waits that.
-    let longest_timeout = Arc::new(std::sync::Mutex::new(config.upstream_timeout));
+    let longest_timeout = Arc::new(Mutex::new(config.upstream_timeout));
     if let Some(resolve) = reload {
-        let longest = longest_timeout.clone();
+        let (longest, layer) = (longest_timeout.clone(), layer.clone());
         let apply = move |c: &Validated| {
             if let Ok(mut t) = longest.lock() {
                 *t = (*t).max(c.upstream_timeout);
             }
             let _ = app_tx.send(gateway_app(&layer, c));
         };
-        tokio::spawn(reload::on_sighup(
-            resolve,
-            config.clone(),
-            apply,
-            stop_rx.clone(),
-        ));
-    }
-
-    if let Some(admin) = admin {
-        let admin_app = Router::new()
-            .route("/healthz", get(|| async { "ok\n" }))
-            .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics_text))
-            .with_state(store.clone());
-        if let Ok(addr) = admin.local_addr() {
-            tracing::info!(admin = %addr, "idemgate admin listening");
-        }
-        let rx = stop_rx.clone();
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(admin, admin_app)
-                .with_graceful_shutdown(stopped(rx))
-                .await
-            {
-                tracing::error!(error = %e, "admin listener failed");
-            }
-        });
-    }
-    // A key service purges its own store and exports its own gauges.
-    let own_store = !matches!(*store, AnyStore::KeyService(_));
-    // The purge stops when its handle drops, at the latest when `serve` returns.
-    let purge = config.purge_interval.filter(|_| own_store).map(|every| {
-        let store = store.clone();
-        let opts = PurgeOptions {
-            batch: config.purge_batch,
-            max_rate: None,
-            dry_run: false,
-        };
-        PurgeHandle::spawn_with(move |stop| async move {
-            let quiet = || Box::new(QuietProgress) as Box<dyn crate::purge::Progress>;
-            crate::purge::watch(&*store, opts, every, false, quiet, stop.wait()).await;
-        })
-    });
-    if let Some(every) = config.gauges_interval.filter(|_| own_store) {
-        let (store, rx) = (store.clone(), stop_rx.clone());
-        tokio::spawn(async move { crate::gauges::refresh(&*store, every, stopped(rx)).await });
+        let stop = host.stop_watch();
+        tokio::spawn(reload::on_sighup(resolve, config.clone(), apply, stop));
     }
     tracing::info!(
         listen = %listener.local_addr()?,
@@ -189,47 +125,47 @@ async fn serve(
         store = store.backend(),
         "idemgate gateway listening"
     );
-    // Responses go out as soon as they are written: Nagle's algorithm would hold small
-    // writes back for the client's delayed ACK. Connections linger on close, so an answer
-    // sent before the request body was read (`413`) reaches a client still sending it.
-    let listener = LingerListener::new(listener, Linger::default()).tap_io(|tcp| {
-        let _ = tcp.get_ref().set_nodelay(true);
-    });
-    let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    // hyper's bare `400` to differing `Content-Length` values gets a problem+json body.
-    let problem = LengthProblem::new(&config.policy.problem_type_base);
-    match &config.tls.listener {
-        Some(tls) => {
-            // `tap_io` gives the wrapped listeners axum's `ConnectInfo<SocketAddr>`.
-            let tls = TlsListener::new(listener, tls.clone());
-            let tls = LengthProblemListener::new(tls, problem).tap_io(|_| {});
-            axum::serve(tls, app)
-                .with_graceful_shutdown(stopped(stop_rx))
-                .await?
-        }
-        None => {
-            let listener = LengthProblemListener::new(listener, problem).tap_io(|_| {});
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopped(stop_rx))
-                .await?
+    let gateway = Gateway {
+        app: app_rx,
+        layer,
+        longest_timeout,
+    };
+    host.run(listener, gateway).await
+}
+
+/// The gateway as a [`Service`]: the proxy of the configuration in force (replaced on
+/// each reload), drained at shutdown.
+struct Gateway {
+    app: watch::Receiver<Router>,
+    layer: IdempotencyLayer<AnyStore>,
+    longest_timeout: Arc<Mutex<Duration>>,
+}
+
+impl Service for Gateway {
+    fn router(&self) -> Router {
+        Router::new().fallback_service(Current::new(self.app.clone()))
+    }
+
+    /// Operations whose clients left still run; lets them finish and record their outcome
+    /// (bounded by the longest upstream timeout, plus 5 s for outcome writes that are still
+    /// being retried), or their retries would get `outcome-unknown`. A write cut off here
+    /// is logged and counted (`idempotency_outcome_abandoned_total{reason="shutdown"}`).
+    async fn drain(self) {
+        let longest = *self
+            .longest_timeout
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let grace = longest + Duration::from_secs(5);
+        if tokio::time::timeout(grace, self.layer.drain())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                pending = self.layer.detached_tasks().len(),
+                "shutting down with operations still running"
+            );
         }
     }
-    drop(purge);
-    // Operations whose clients left still run; let them finish and record their outcome
-    // (bounded by the upstream timeout, plus 5 s for outcome writes that are still being
-    // retried), or their retries would get `outcome-unknown`. A write cut off here is logged
-    // and counted (`idempotency_outcome_abandoned_total{reason="shutdown"}`).
-    let longest = longest_timeout
-        .lock()
-        .map_or(config.upstream_timeout, |t| *t);
-    let grace = longest + Duration::from_secs(5);
-    if tokio::time::timeout(grace, drain.drain()).await.is_err() {
-        tracing::warn!(
-            pending = drain.detached_tasks().len(),
-            "shutting down with operations still running"
-        );
-    }
-    Ok(())
 }
 
 /// The answer when the upstream could not be used: `502`, or `504` after the timeout.
@@ -245,34 +181,4 @@ fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
         IdempotencyRejection::UpstreamFailed
     };
     rejection.into_response(type_base)
-}
-
-async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {
-    match tokio::time::timeout(Duration::from_secs(2), store.ping()).await {
-        Ok(Ok(())) => (StatusCode::OK, "ready\n".to_owned()),
-        Ok(Err(e)) => {
-            // The whole chain: the store's own error says what is wrong (e.g. which file).
-            let why = crate::store::describe(&e);
-            (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"))
-        }
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store timed out\n".to_owned(),
-        ),
-    }
-}
-
-/// The Prometheus recorder, installed once per process (see [`crate::telemetry`]).
-pub fn prometheus() -> Option<&'static PrometheusHandle> {
-    crate::telemetry::prometheus()
-}
-
-async fn metrics_text() -> impl IntoResponse {
-    match prometheus() {
-        Some(h) => (StatusCode::OK, h.render()),
-        None => (
-            StatusCode::NOT_FOUND,
-            "metrics recorder unavailable\n".into(),
-        ),
-    }
 }

@@ -1,91 +1,17 @@
-//! [`AnyStore`]: the store backend picked at run time from a URL.
+//! The gateway's store: the facade's [`AnyStore`], found by the URL's scheme
+//! ([`StoreUrl`], parsed by the store crate it names) and opened with the file's store
+//! options ([`OpenOptions`]: table, key prefix, migrations, the key service's token).
 
-use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use idemgate_client::{KeyServiceClient, KeyServiceStore};
-use idemgate_core::store::Result;
-use idemgate_core::{GaugedStore, StoreGauges};
-use idemgate_core::{
-    IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
-    MemoryStore, Peeked, ScopedKey, StoredResponse, UnixMillis,
-};
 use idemgate_postgres::PostgresStore;
 use idemgate_redis::RedisStore;
-use idemgate_sqlite::{SqliteOptions, SqliteStore};
+use idemgate_sqlite::{SqliteLocation, SqliteStore};
 
-/// A parsed store URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreUrl {
-    /// `memory://`: records in process memory, lost on restart.
-    Memory,
-    /// `sqlite://PATH` (relative, or `sqlite:///abs/path`): the embedded default.
-    Sqlite(PathBuf),
-    /// `postgres://` or `postgresql://` (libpq-style URL; `sslmode=` selects TLS).
-    Postgres(String),
-    /// `redis://`, `rediss://` (TLS), `redis+cluster://host:port,host:port` (Redis Cluster).
-    Redis(String),
-    /// `idemgate://host:port` or `idemgates://host:port` (TLS): a key service, whose
-    /// records this gateway shares with every other caller of its namespace.
-    KeyService(String),
-}
-
-impl StoreUrl {
-    /// Parses `memory://` or `sqlite://PATH`.
-    ///
-    /// # Errors
-    /// A message saying which forms are accepted.
-    pub fn parse(url: &str) -> std::result::Result<Self, String> {
-        let url = url.trim();
-        if url == "memory://" || url == "memory:" {
-            return Ok(Self::Memory);
-        }
-        if let Some(path) = url.strip_prefix("sqlite://") {
-            if path.is_empty() {
-                return Err("`sqlite://` needs a file path, e.g. sqlite://./idemgate.db".into());
-            }
-            return Ok(Self::Sqlite(PathBuf::from(path)));
-        }
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Ok(Self::Postgres(url.to_owned()));
-        }
-        if [
-            "redis://",
-            "rediss://",
-            "redis+unix://",
-            "redis+cluster://",
-            "rediss+cluster://",
-        ]
-        .iter()
-        .any(|p| url.starts_with(p))
-        {
-            return Ok(Self::Redis(url.to_owned()));
-        }
-        if url.starts_with("idemgate://") || url.starts_with("idemgates://") {
-            return Ok(Self::KeyService(url.to_owned()));
-        }
-        Err(format!(
-            "`{url}` is not a supported store URL (sqlite://PATH, postgres://..., redis://..., redis+cluster://..., idemgate://HOST:PORT, or memory://)"
-        ))
-    }
-}
-
-/// One of the store backends, chosen at run time.
-#[derive(Debug)]
-pub enum AnyStore {
-    /// In-memory.
-    Memory(MemoryStore),
-    /// SQLite file.
-    Sqlite(SqliteStore),
-    /// PostgreSQL.
-    Postgres(PostgresStore),
-    /// Redis or Redis Cluster.
-    Redis(RedisStore),
-    /// A key service (`idemgate://`).
-    KeyService(KeyServiceStore),
-}
+pub use idemgate::{AnyStore, AnyUrl as StoreUrl};
 
 /// How to open a store.
 #[derive(Debug, Clone)]
@@ -108,58 +34,64 @@ pub struct OpenOptions {
     pub store_timeout: Duration,
 }
 
-impl AnyStore {
-    /// Opens the store a URL names (creating and migrating a SQLite file as needed).
-    ///
-    /// # Errors
-    /// When the store cannot be opened, with the cause.
-    pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<Self> {
-        Ok(match url {
-            StoreUrl::Memory => Self::Memory(MemoryStore::new()),
-            StoreUrl::Sqlite(path) if !opts.create && !path.exists() => {
-                anyhow::bail!("store: {} does not exist", path.display())
+/// Opens the store a URL names with `opts` (creating and migrating a SQLite file as
+/// needed).
+///
+/// # Errors
+/// When the store cannot be opened, with the cause (the URL without credentials).
+pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<AnyStore> {
+    Ok(match url {
+        StoreUrl::Sqlite(SqliteLocation::File(path)) if !opts.create && !path.exists() => {
+            anyhow::bail!("store: {} does not exist", path.display())
+        }
+        StoreUrl::Sqlite(location) => {
+            let name = match location {
+                SqliteLocation::File(path) => path.display().to_string(),
+                _ => ":memory:".into(),
+            };
+            AnyStore::Sqlite(
+                SqliteStore::open_location(location.clone(), Default::default())
+                    .with_context(|| format!("cannot open sqlite store {name}"))?,
+            )
+        }
+        StoreUrl::Postgres(url) => {
+            let mut store = PostgresStore::from_url(url, &Default::default())
+                .await
+                .with_context(|| format!("cannot connect to the postgres store {}", redact(url)))?;
+            if let Some(table) = &opts.table {
+                store = store.with_table_name(table).context("store_table")?;
             }
-            StoreUrl::Sqlite(path) => Self::Sqlite(
-                SqliteStore::open(path, SqliteOptions::default())
-                    .with_context(|| format!("cannot open sqlite store {}", path.display()))?,
-            ),
-            StoreUrl::Postgres(url) => {
-                let mut store = PostgresStore::connect(url).await.with_context(|| {
-                    format!("cannot connect to the postgres store {}", redact(url))
+            if opts.migrate {
+                store.migrate().await.with_context(|| {
+                    format!("cannot migrate the postgres store {}", redact(url))
                 })?;
-                if let Some(table) = &opts.table {
-                    store = store.with_table_name(table).context("store_table")?;
-                }
-                if opts.migrate {
-                    store.migrate().await.with_context(|| {
-                        format!("cannot migrate the postgres store {}", redact(url))
-                    })?;
-                }
-                Self::Postgres(store)
             }
-            StoreUrl::Redis(url) => {
-                let mut store = RedisStore::connect(url).await.with_context(|| {
-                    format!("cannot connect to the redis store {}", redact(url))
-                })?;
-                if let Some(prefix) = &opts.key_prefix {
-                    store = store.with_key_prefix(prefix).context("store_key_prefix")?;
-                }
-                // Redis can lose records (eviction, no persistence); say so at start-up.
-                match store.check_server().await {
-                    Ok(warnings) => {
-                        for w in warnings {
-                            tracing::warn!(warning = %w, "redis store: a record can be lost, and a retry would then run again");
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "redis store: cannot check the server's settings")
-                    }
-                }
-                Self::Redis(store)
-            }
-            StoreUrl::KeyService(url) => Self::KeyService(open_key_service(url, opts)?),
-        })
+            AnyStore::Postgres(store)
+        }
+        StoreUrl::Redis(url) => AnyStore::Redis(open_redis(url, opts).await?),
+        StoreUrl::KeyService(url) => AnyStore::KeyService(open_key_service(url, opts)?),
+        other => AnyStore::connect(other).await?,
+    })
+}
+
+/// The Redis store, with its key prefix; its risky server settings are logged.
+async fn open_redis(url: &str, opts: &OpenOptions) -> anyhow::Result<RedisStore> {
+    let mut store = RedisStore::from_url(url, &Default::default())
+        .await
+        .with_context(|| format!("cannot connect to the redis store {}", redact(url)))?;
+    if let Some(prefix) = &opts.key_prefix {
+        store = store.with_key_prefix(prefix).context("store_key_prefix")?;
     }
+    // Redis can lose records (eviction, no persistence); say so at start-up.
+    match store.check_server().await {
+        Ok(warnings) => {
+            for w in warnings {
+                tracing::warn!(warning = %w, "redis store: a record can be lost, and a retry would then run again");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "redis store: cannot check the server's settings"),
+    }
+    Ok(store)
 }
 
 /// The client of an `idemgate://` store: its token, its CA file, `store_timeout`.
@@ -232,115 +164,7 @@ pub fn redact(url: &str) -> String {
     format!("{prefix}{}{tail}", hosts.join(","))
 }
 
-/// An error and its sources on one line (`a: b: c`), leaving out a source whose text the
-/// line already holds (many errors print their source in their own message, e.g. sqlx's
-/// and redis's I/O errors).
-pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !line.contains(&text) {
-            line = format!("{line}: {text}");
-        }
-        source = s.source();
-    }
-    line
-}
-
-macro_rules! each {
-    // A store call awaited on its own heap allocation: a future of this enum holds one
-    // pointer instead of the largest backend's state, so the request futures that await
-    // it (spawned, boxed and moved on every request) stay small whichever store is used.
-    ($self:ident, $s:ident => boxed $e:expr) => {
-        match $self {
-            AnyStore::Memory($s) => Box::pin($e).await,
-            AnyStore::Sqlite($s) => Box::pin($e).await,
-            AnyStore::Postgres($s) => Box::pin($e).await,
-            AnyStore::Redis($s) => Box::pin($e).await,
-            AnyStore::KeyService($s) => Box::pin($e).await,
-        }
-    };
-    ($self:ident, $s:ident => $e:expr) => {
-        match $self {
-            AnyStore::Memory($s) => $e,
-            AnyStore::Sqlite($s) => $e,
-            AnyStore::Postgres($s) => $e,
-            AnyStore::Redis($s) => $e,
-            AnyStore::KeyService($s) => $e,
-        }
-    };
-}
-
-impl IdempotencyStore for AnyStore {
-    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome> {
-        each!(self, s => boxed s.insert_or_get(req))
-    }
-    async fn take_over(
-        &self,
-        seen: &IdempotencyRecord,
-        token: LeaseToken,
-        lease_ttl: Duration,
-    ) -> Result<Option<Lease>> {
-        each!(self, s => boxed s.take_over(seen, token, lease_ttl))
-    }
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis> {
-        each!(self, s => boxed s.renew(lease, ttl))
-    }
-    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<()> {
-        each!(self, s => boxed s.complete(lease, r))
-    }
-    async fn fail(&self, lease: &Lease) -> Result<()> {
-        each!(self, s => boxed s.fail(lease))
-    }
-    async fn release(&self, lease: &Lease) -> Result<()> {
-        each!(self, s => boxed s.release(lease))
-    }
-    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
-        each!(self, s => boxed s.get(key))
-    }
-    async fn peek(&self, key: &ScopedKey) -> Result<Peeked> {
-        each!(self, s => boxed s.peek(key))
-    }
-    async fn insert_or_get_unseen(&self, req: &InsertRequest) -> Result<InsertOutcome> {
-        each!(self, s => boxed s.insert_or_get_unseen(req))
-    }
-    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {
-        each!(self, s => boxed s.purge_expired(batch))
-    }
-    async fn ping(&self) -> Result<()> {
-        each!(self, s => boxed s.ping())
-    }
-    fn backend(&self) -> &'static str {
-        each!(self, s => s.backend())
-    }
-}
-
-/// Why a gateway on a key service has no store gauges.
-const KEY_SERVICE_GAUGES: &str = "the key service exports its store's gauges on its own /metrics";
-
-impl GaugedStore for AnyStore {
-    async fn gauges(&self) -> Result<StoreGauges> {
-        match self {
-            Self::Memory(s) => s.gauges().await,
-            Self::Sqlite(s) => s.gauges().await,
-            Self::Postgres(s) => s.gauges().await,
-            Self::Redis(s) => s.gauges().await,
-            Self::KeyService(_) => Err(idemgate_core::StoreError::Backend(
-                KEY_SERVICE_GAUGES.into(),
-            )),
-        }
-    }
-    async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>> {
-        match self {
-            Self::Memory(s) => s.count_expired(limit).await,
-            Self::Sqlite(s) => s.count_expired(limit).await,
-            Self::Postgres(s) => s.count_expired(limit).await,
-            Self::Redis(s) => s.count_expired(limit).await,
-            Self::KeyService(_) => Ok(None),
-        }
-    }
-}
+pub use idemgate_core::report::error_text as describe;
 
 #[cfg(test)]
 mod tests {

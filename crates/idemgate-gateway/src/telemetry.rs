@@ -125,7 +125,7 @@ fn describe() {
     }
     let gauges = [
         ("idempotency_records", "Records held, by state (in_progress, completed, failed)."),
-        ("idempotency_record_body_bytes", "Bytes of stored response bodies (SQLite, Redis)."),
+        ("idempotency_record_body_bytes", "Bytes of stored response bodies (SQLite and PostgreSQL below 100,000 records, Redis)."),
         ("idempotency_expired_records", "Records past their expiry not yet purged (always 0 on Redis, which expires keys itself)."),
         ("idempotency_stuck_in_progress_records", "Live in-progress records whose lease lapsed: their holder died."),
         ("idempotency_oldest_record_age_seconds", "Age of the oldest record, in seconds."),

@@ -12,8 +12,8 @@ use idemgate_client::store_wire::token_hex;
 use idemgate_client::wire::*;
 use idemgate_core::lifecycle::{Answer, Begin, RoutePlan};
 use idemgate_core::{
-    DecisionPolicy, Fingerprint, IdempotencyStore, Lease, LeaseExpiredPolicy, LeaseToken,
-    RecordState, ScopedKey, StoreError,
+    Fingerprint, IdempotencyStore, Lease, LeaseExpiredPolicy, LeaseToken, RecordState, ScopedKey,
+    StoreError,
 };
 use sha2::{Digest, Sha256};
 
@@ -22,11 +22,6 @@ use crate::fingerprint::RequestFingerprint;
 use crate::problem::{ApiError, JsonBody};
 use crate::validate;
 use crate::KeyService;
-
-/// The lease when `lease_ttl_ms` is not given, in ms (10 s).
-pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
-/// The record TTL when `record_ttl_ms` is not given, in ms (24 h).
-pub const DEFAULT_RECORD_TTL_MS: u64 = 24 * 3_600_000;
 
 type Shared<St> = State<Arc<KeyService<St>>>;
 
@@ -106,34 +101,35 @@ fn decision_name(a: &AcquireResponse) -> &'static str {
 }
 
 fn plan(req: &AcquireRequest) -> Result<RoutePlan, ApiError> {
+    // TTLs a request leaves out are the lifecycle's defaults.
+    let defaults = RoutePlan::default();
     let lease_ttl = validate::ttl(
         "lease_ttl_ms",
         req.lease_ttl_ms,
         MIN_LEASE_TTL_MS,
         MAX_LEASE_TTL_MS,
-        DEFAULT_LEASE_TTL_MS,
+        defaults.lease_ttl,
     )?;
     let record_ttl = validate::ttl(
         "record_ttl_ms",
         req.record_ttl_ms,
         MIN_RECORD_TTL_MS,
         MAX_RECORD_TTL_MS,
-        DEFAULT_RECORD_TTL_MS,
+        defaults.record_ttl,
     )?;
     Ok(RoutePlan {
         lease_ttl,
         record_ttl,
-        decision: DecisionPolicy {
-            lease_expired: match req.on_lease_expired.unwrap_or(LeaseExpired::Unknown) {
-                LeaseExpired::Unknown => LeaseExpiredPolicy::Unknown,
-                LeaseExpired::Takeover => LeaseExpiredPolicy::Takeover,
-                LeaseExpired::Fail => LeaseExpiredPolicy::Fail,
-            },
-            retry_failed: req.retry_failed.unwrap_or(false),
-            // A record whose lease is unreadable blocks for the longest lease anyone may
-            // hold, never less.
-            max_lease: Duration::from_millis(MAX_LEASE_TTL_MS),
+        lease_expired: match req.on_lease_expired {
+            None => defaults.lease_expired,
+            Some(LeaseExpired::Unknown) => LeaseExpiredPolicy::Unknown,
+            Some(LeaseExpired::Takeover) => LeaseExpiredPolicy::Takeover,
+            Some(LeaseExpired::Fail) => LeaseExpiredPolicy::Fail,
         },
+        retry_failed: req.retry_failed.unwrap_or(defaults.retry_failed),
+        // A record whose lease is unreadable blocks for the longest lease anyone may hold,
+        // never less.
+        max_lease: Duration::from_millis(MAX_LEASE_TTL_MS),
     })
 }
 

@@ -8,9 +8,10 @@ use axum::extract::State;
 use axum::Json;
 use idemgate_client::store_wire::token_hex;
 use idemgate_client::wire::*;
+use idemgate_core::lifecycle::RoutePlan;
 use idemgate_core::{IdempotencyStore, Lease, RecordState, StoreError, StoredResponse};
 
-use crate::api::{store_error, DEFAULT_LEASE_TTL_MS};
+use crate::api::store_error;
 use crate::auth::Caller;
 use crate::problem::{ApiError, JsonBody};
 use crate::validate;
@@ -57,7 +58,7 @@ pub async fn renew<St: IdempotencyStore>(
         req.lease_ttl_ms,
         MIN_LEASE_TTL_MS,
         MAX_LEASE_TTL_MS,
-        DEFAULT_LEASE_TTL_MS,
+        RoutePlan::default().lease_ttl,
     )?;
     let store = s.lifecycle.store();
     let expires_at = s

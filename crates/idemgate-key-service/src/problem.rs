@@ -7,17 +7,15 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderValue, StatusCode};
 use idemgate_client::wire::Problem;
+use idemgate_core::problem::{self, ProblemType};
 use serde::de::DeserializeOwned;
 
-/// The prefix of every problem `type`.
-pub const TYPE_BASE: &str = "urn:idemgate:problem:";
-
-/// An error answer of the key service.
+/// An error answer of the key service: a problem type of the catalogue every front door
+/// shares ([`idemgate_core::problem`]), with its `detail`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
+    kind: ProblemType,
     status: StatusCode,
-    anchor: &'static str,
-    title: &'static str,
     detail: String,
     field: Option<String>,
 }
@@ -28,20 +26,15 @@ impl ApiError {
         let field = field.into();
         let detail = format!("{field}: {}", detail.into());
         Self {
-            status: StatusCode::BAD_REQUEST,
-            anchor: "invalid-request",
-            title: "Invalid request",
-            detail,
             field: Some(field),
+            ..Self::new(problem::INVALID_REQUEST, detail)
         }
     }
 
     /// `413 request-too-large`.
     pub fn too_large() -> Self {
         Self::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request-too-large",
-            "Request too large",
+            problem::REQUEST_TOO_LARGE,
             "the request body exceeds the service's limit (key_service.max_request_bytes)",
         )
     }
@@ -49,9 +42,7 @@ impl ApiError {
     /// `401 unauthorized`: no bearer token, or one no client has.
     pub fn unauthorized() -> Self {
         Self::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "Unauthorized",
+            problem::UNAUTHORIZED,
             "send `Authorization: Bearer <token>` with a token configured in [[key_service.clients]]",
         )
     }
@@ -59,9 +50,7 @@ impl ApiError {
     /// `403 namespace-forbidden`.
     pub fn forbidden(what: &str) -> Self {
         Self::new(
-            StatusCode::FORBIDDEN,
-            "namespace-forbidden",
-            "Forbidden",
+            problem::NAMESPACE_FORBIDDEN,
             format!("{what} needs an admin client"),
         )
     }
@@ -69,9 +58,7 @@ impl ApiError {
     /// `409 lease-lost`: the lease is stale or unknown; nothing was changed.
     pub fn lease_lost() -> Self {
         Self::new(
-            StatusCode::CONFLICT,
-            "lease-lost",
-            "Lease lost",
+            problem::LEASE_LOST,
             "this lease no longer holds the record (taken over, completed, failed, released or expired); nothing was changed",
         )
     }
@@ -79,9 +66,7 @@ impl ApiError {
     /// `404 record-not-found`.
     pub fn not_found() -> Self {
         Self::new(
-            StatusCode::NOT_FOUND,
-            "record-not-found",
-            "No record",
+            problem::RECORD_NOT_FOUND,
             "there is no live record for this scope, principal and key",
         )
     }
@@ -89,9 +74,7 @@ impl ApiError {
     /// `500 record-corrupt`: the record fails validation; it is never replayed.
     pub fn corrupt() -> Self {
         Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "record-corrupt",
-            "Stored record is corrupt",
+            problem::RECORD_CORRUPT,
             "the stored record fails validation; it is kept for inspection and never replayed. Do not run the operation on this key",
         )
     }
@@ -99,23 +82,15 @@ impl ApiError {
     /// `503 store-unavailable`: nothing was changed or run; retry later.
     pub fn unavailable() -> Self {
         Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store-unavailable",
-            "Store unavailable",
+            problem::STORE_UNAVAILABLE,
             "the key service's store did not answer in time or failed; do not run the operation, retry the call",
         )
     }
 
-    fn new(
-        status: StatusCode,
-        anchor: &'static str,
-        title: &'static str,
-        detail: impl Into<String>,
-    ) -> Self {
+    fn new(kind: ProblemType, detail: impl Into<String>) -> Self {
         Self {
-            status,
-            anchor,
-            title,
+            kind,
+            status: StatusCode::from_u16(kind.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             detail: detail.into(),
             field: None,
         }
@@ -125,8 +100,7 @@ impl ApiError {
     pub fn with_status(mut self, status: StatusCode) -> Self {
         self.status = status;
         if status == StatusCode::NOT_FOUND || status == StatusCode::METHOD_NOT_ALLOWED {
-            self.anchor = "unknown-endpoint";
-            self.title = "Unknown endpoint";
+            self.kind = problem::UNKNOWN_ENDPOINT;
         }
         self
     }
@@ -138,15 +112,15 @@ impl ApiError {
 
     /// The `docs/errors.md` anchor.
     pub fn anchor(&self) -> &'static str {
-        self.anchor
+        self.kind.anchor
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = Problem {
-            type_: format!("{TYPE_BASE}{}", self.anchor),
-            title: self.title.into(),
+            type_: self.kind.type_uri(problem::DEFAULT_BASE),
+            title: self.kind.title.into(),
             status: self.status.as_u16(),
             detail: self.detail,
             field: self.field,
@@ -248,30 +222,5 @@ mod tests {
         let unknown =
             r#"{"scope":"a","principal":"p","key":"k","lease":{"token":"x","fence":1,"x":2}}"#;
         assert_eq!(field(unknown), "lease.x");
-    }
-}
-
-#[cfg(test)]
-mod anchors {
-    /// Every anchor this module answers with has its section in docs/errors.md.
-    #[test]
-    fn every_anchor_is_documented() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-        let doc = std::fs::read_to_string(format!("{root}/docs/errors.md")).unwrap();
-        let source = include_str!("problem.rs");
-        let anchors: Vec<&str> = source
-            .split('"')
-            .skip(1)
-            .step_by(2)
-            .filter(|s| s.len() > 3 && s.contains('-') || *s == "unauthorized")
-            .filter(|s| s.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
-            .collect();
-        assert!(anchors.len() >= 9, "{anchors:?}");
-        for a in anchors {
-            assert!(
-                doc.contains(&format!("\n## {a}\n")),
-                "docs/errors.md: no `## {a}`"
-            );
-        }
     }
 }

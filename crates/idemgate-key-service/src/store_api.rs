@@ -25,7 +25,7 @@ const MAX_LEASE_MS: u64 = idemgate_client::wire::MAX_LEASE_TTL_MS;
 const MAX_RECORD_MS: u64 = idemgate_client::wire::MAX_RECORD_TTL_MS;
 
 fn ttl(field: &str, ms: u64, max: u64) -> Result<Duration, ApiError> {
-    validate::ttl(field, Some(ms), 1, max, 0)
+    validate::ttl(field, Some(ms), 1, max, Duration::ZERO)
 }
 
 fn lease(caller: &Caller, l: &StoreLease) -> Result<idemgate_core::Lease, ApiError> {

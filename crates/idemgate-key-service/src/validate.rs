@@ -45,9 +45,9 @@ pub fn ttl(
     v: Option<u64>,
     min: u64,
     max: u64,
-    default: u64,
+    default: Duration,
 ) -> Result<Duration, ApiError> {
-    let ms = v.unwrap_or(default);
+    let ms = v.unwrap_or(default.as_millis() as u64);
     if !(min..=max).contains(&ms) {
         return Err(ApiError::invalid(
             field,

@@ -2,7 +2,7 @@
 //! transaction that locks the row (`SELECT ... FOR UPDATE`), compares it with what the
 //! operator was shown, and deletes it, so no gateway can change it in between.
 
-use idemgate_core::admin::{same_record, AdminStats, AdminStore, KeyFilter, Listing};
+use idemgate_core::admin::{same_record, AdminStore, KeyFilter, Listing};
 use idemgate_core::{RawRecord, ScopedKey, StoreError};
 use sqlx::Row;
 
@@ -36,22 +36,6 @@ impl PostgresStore {
         let sql = format!("SELECT {}", ms(NOW));
         let query = sqlx::query_scalar(&sql);
         query.fetch_one(&self.pool).await.map_err(classify)
-    }
-
-    fn stats_sql(&self) -> String {
-        let lapsed = "(lease_expires_at IS NULL OR lease_expires_at <= n.t)";
-        format!(
-            "SELECT count(*), count(*) FILTER (WHERE state = 'in_progress'), \
-             count(*) FILTER (WHERE state = 'completed'), \
-             count(*) FILTER (WHERE state = 'failed'), \
-             coalesce(sum(length(response)), 0)::bigint, min({created}), \
-             count(*) FILTER (WHERE expires_at <= n.t), \
-             count(*) FILTER (WHERE state = 'in_progress' AND expires_at > n.t AND {lapsed}), \
-             {now} FROM {t}, (SELECT {NOW} AS t) n GROUP BY n.t",
-            created = ms("created_at"),
-            now = ms("n.t"),
-            t = self.table.qualified(),
-        )
     }
 }
 
@@ -106,35 +90,5 @@ impl AdminStore for PostgresStore {
             .map_err(classify)?;
         tx.commit().await.map_err(classify)?;
         Ok(done.rows_affected() == 1)
-    }
-
-    async fn admin_stats(&self) -> Result<AdminStats, StoreError> {
-        let sql = self.stats_sql();
-        let found = sqlx::query(&sql)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        let Some(r) = found else {
-            return Ok(AdminStats {
-                now: self.db_now().await?,
-                ..AdminStats::default()
-            });
-        };
-        let n = |i: usize| r.try_get::<i64, _>(i).map(|v| v as u64).map_err(classify);
-        let mut stats = AdminStats {
-            records: n(0)?,
-            in_progress: n(1)?,
-            completed: n(2)?,
-            failed: n(3)?,
-            body_bytes: n(4)?,
-            oldest_created_at: r.try_get(5).map_err(classify)?,
-            expired: n(6)?,
-            stuck_in_progress: n(7)?,
-            now: r.try_get(8).map_err(classify)?,
-            unknown_state: 0,
-        };
-        let known = stats.in_progress + stats.completed + stats.failed;
-        stats.unknown_state = stats.records.saturating_sub(known);
-        Ok(stats)
     }
 }

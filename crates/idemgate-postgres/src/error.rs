@@ -1,5 +1,6 @@
 //! [`PostgresStoreError`] and its classification into [`StoreError`].
 
+use idemgate_core::report::error_text as error_chain;
 use idemgate_core::StoreError;
 
 /// Errors of this crate: construction, migration, and every store operation before it is
@@ -10,6 +11,13 @@ pub enum PostgresStoreError {
     /// The database or the driver failed (connection, pool, SQL, decoding).
     #[error("PostgreSQL request failed")]
     Sqlx(#[from] sqlx::Error),
+    /// A store URL this crate does not accept. The URL itself is not repeated (it may hold a
+    /// password).
+    #[error("invalid PostgreSQL URL: {reason}")]
+    InvalidUrl {
+        /// What is wrong, and which form is accepted.
+        reason: String,
+    },
     /// A table or schema name that is not a plain lower-case identifier.
     #[error("invalid PostgreSQL identifier {name:?}: {reason}")]
     InvalidIdentifier {
@@ -131,18 +139,6 @@ impl From<PostgresStoreError> for StoreError {
 /// Classifies a driver error (see `From<PostgresStoreError> for StoreError`).
 pub(crate) fn classify(e: sqlx::Error) -> StoreError {
     PostgresStoreError::from(e).into()
-}
-
-/// `e` and its sources, joined with `: `.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(source) = next {
-        out.push_str(": ");
-        out.push_str(&source.to_string());
-        next = source.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,13 +1,15 @@
-//! [`GaugedStore`] for [`PostgresStore`]: indexed queries and catalog statistics, cheap
-//! enough for every metrics interval on a table of any size.
+//! [`GaugedStore`] for [`PostgresStore`], the one count of `idemgate stats` and the gauges:
+//! indexed queries and catalog statistics, cheap enough for every metrics interval on a
+//! table of any size (marked approximate past [`EXACT_COUNT_BELOW`] rows).
 
 use std::num::NonZeroU32;
 
-use idemgate_core::gauges::{GaugedStore, StoreGauges};
-use idemgate_core::StoreError;
+use idemgate_core::gauges::{GaugedStore, StoreCount};
+use idemgate_core::{RecordState, StoreError};
 use sqlx::{Executor, Row};
 
 use crate::error::classify;
+use crate::sql::{ms, NOW};
 use crate::store::PostgresStore;
 
 /// Below this many live rows (the statistics' estimate) records are counted by state
@@ -16,12 +18,6 @@ pub const EXACT_COUNT_BELOW: i64 = 100_000;
 
 /// The expired count stops here, so a huge backlog costs a bounded index scan.
 pub const EXPIRED_COUNT_CAP: i64 = 1_000_000;
-
-const NOW: &str = "date_trunc('milliseconds', statement_timestamp())";
-
-fn ms(expr: &str) -> String {
-    format!("(extract(epoch from {expr}) * 1000)::bigint")
-}
 
 /// One round trip: catalog numbers, the state statistics, the in-progress partial index
 /// (migration 0003), the oldest record near the head of the `expires_at` index, the capped
@@ -71,29 +67,35 @@ fn split(settled: u64, vals: Option<Vec<String>>, freqs: Option<Vec<f32>>) -> (u
 }
 
 impl PostgresStore {
-    async fn exact_counts(&self, g: &mut StoreGauges) -> Result<(), StoreError> {
-        let t = self.table.qualified();
+    /// Counts by state, body bytes and the oldest record, from one scan of the table.
+    async fn exact_counts(&self, g: &mut StoreCount) -> Result<(), StoreError> {
         let sql = format!(
-            "SELECT state, count(*), {} FROM {t} GROUP BY state",
-            ms("min(created_at)")
+            "SELECT state, count(*), {}, coalesce(sum(length(response)), 0)::bigint \
+             FROM {} GROUP BY state",
+            ms("min(created_at)"),
+            self.table.qualified()
         );
         let rows = self
             .pool
             .fetch_all(sqlx::query(&sql))
             .await
             .map_err(classify)?;
-        (g.completed, g.failed, g.oldest_created_at) = (0, 0, None);
+        (g.in_progress, g.completed, g.failed) = (0, 0, 0);
+        (g.oldest_created_at, g.body_bytes) = (None, Some(0));
         for r in rows {
-            let state: String = r.try_get(0).map_err(classify)?;
+            let state: Option<String> = r.try_get(0).map_err(classify)?;
             let n = r.try_get::<i64, _>(1).map_err(classify)?.max(0) as u64;
-            match state.as_str() {
-                "completed" => g.completed = n,
-                "failed" => g.failed = n,
-                _ => {}
+            match state.as_deref().and_then(RecordState::parse) {
+                Some(RecordState::InProgress) => g.in_progress = n,
+                Some(RecordState::Completed) => g.completed = n,
+                Some(RecordState::Failed) => g.failed = n,
+                None => g.unknown_state += n,
             }
             if let Some(c) = r.try_get::<Option<i64>, _>(2).map_err(classify)? {
                 g.oldest_created_at = Some(g.oldest_created_at.map_or(c, |o| o.min(c)));
             }
+            let bytes = r.try_get::<i64, _>(3).map_err(classify)?.max(0) as u64;
+            g.body_bytes = g.body_bytes.map(|b| b + bytes);
         }
         Ok(())
     }
@@ -105,11 +107,11 @@ impl GaugedStore for PostgresStore {
     /// through the partial index of migration 0003; expired records exactly up to
     /// [`EXPIRED_COUNT_CAP`] through the `expires_at` index. `completed`/`failed` are exact
     /// below [`EXACT_COUNT_BELOW`] live rows, else estimated from the statistics
-    /// (`approximate` is then set). The oldest record is the oldest `created_at` among the
-    /// 1000 records next to expire (exact when every route has the same record TTL). Body
-    /// bytes are not summed (that would read every row). Below [`EXACT_COUNT_BELOW`] the
-    /// oldest record is exact too.
-    async fn gauges(&self) -> Result<StoreGauges, StoreError> {
+    /// (`approximate` is then set; the oldest record is then the oldest `created_at` among
+    /// the 1000 records next to expire, exact when every route has the same record TTL, and
+    /// body bytes are not summed). Below [`EXACT_COUNT_BELOW`] one scan of the table counts
+    /// every state (corrupt ones as unknown), the body bytes and the oldest record exactly.
+    async fn gauges(&self) -> Result<StoreCount, StoreError> {
         let sql = catalog_sql(&self.table.qualified());
         let q = sqlx::query(&sql)
             .bind(self.table.qualified())
@@ -126,7 +128,8 @@ impl GaugedStore for PostgresStore {
         let vals = r.try_get::<Option<Vec<String>>, _>(3).map_err(classify)?;
         let freqs = r.try_get::<Option<Vec<f32>>, _>(4).map_err(classify)?;
         let (completed, failed) = split(settled, vals, freqs);
-        let mut g = StoreGauges {
+        let approximate = live >= EXACT_COUNT_BELOW;
+        let mut g = StoreCount {
             now: get(9)?,
             in_progress,
             completed,
@@ -136,8 +139,8 @@ impl GaugedStore for PostgresStore {
             oldest_created_at: r.try_get::<Option<i64>, _>(7).map_err(classify)?,
             expired: Some(get(8)?.max(0) as u64),
             stuck_in_progress: get(6)?.max(0) as u64,
-            approximate: live >= EXACT_COUNT_BELOW,
-            ..StoreGauges::default()
+            approximate,
+            ..StoreCount::default()
         };
         if !g.approximate {
             self.exact_counts(&mut g).await?;

@@ -51,6 +51,7 @@
 //!   insert-or-get loop (insert or read, read again, replace an expired record) and the
 //!   take-over compare-and-set.
 //! - `sql.rs`: the SQL of every statement, built once per table name.
+//! - `url.rs`: [`PostgresStore::from_url`] and [`PostgresStore::check_url`] (`postgres://`).
 //! - `migrate.rs` and `migrations/*.sql`: the embedded migrations ([`PostgresStore::migrate`]).
 //! - `admin.rs`: [`idemgate_core::admin::AdminStore`] (list a key's rows, delete one
 //!   exact row, count rows by state) for `idemgate inspect`, `release` and `stats`.
@@ -95,6 +96,7 @@ mod primitives;
 mod row;
 mod sql;
 mod store;
+mod url;
 
 pub use error::{PostgresStoreError, Result};
 pub use gauges::{EXACT_COUNT_BELOW, EXPIRED_COUNT_CAP};

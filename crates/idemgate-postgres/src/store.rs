@@ -8,6 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemgate_core::record::duration_ms;
 use idemgate_core::{Lease, ScopedKey, StoreError, StoredResponse};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool};
@@ -49,7 +50,7 @@ impl fmt::Debug for PostgresStore {
 }
 
 pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).map_or(MAX_DURATION_MS, |ms| ms.min(MAX_DURATION_MS))
+    duration_ms(d).min(MAX_DURATION_MS)
 }
 
 // === impl PostgresStore ===

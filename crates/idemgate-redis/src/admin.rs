@@ -4,7 +4,7 @@
 //! fields) in one pipeline to the node that holds them. The exact delete is
 //! `scripts/admin_delete.lua`, a compare-and-delete on the record's one key.
 
-use idemgate_core::admin::{AdminStats, AdminStore, KeyFilter, Listing};
+use idemgate_core::admin::{AdminStore, KeyFilter, Listing};
 use idemgate_core::{RawRecord, ScopedKey, StoreError, UnixMillis};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, Value};
@@ -22,7 +22,7 @@ const SCAN_COUNT: usize = 500;
 type Node = Option<(String, u16)>;
 
 /// Where a `SCAN` over the nodes is: the nodes left (the current one last) and its cursor.
-struct Scan {
+pub(crate) struct Scan {
     pattern: String,
     nodes: Vec<Node>,
     cursor: String,
@@ -56,15 +56,6 @@ fn primaries(nodes: &str) -> Vec<(String, u16)> {
             (is_primary && !host.is_empty()).then(|| (host.to_owned(), port))
         })
         .collect()
-}
-
-/// A field as an integer; `None` when absent or not decimal.
-fn int_field(v: &Value) -> Option<i64> {
-    match v {
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::Int(n) => Some(*n),
-        _ => None,
-    }
 }
 
 impl RedisStore {
@@ -112,7 +103,7 @@ impl RedisStore {
     }
 
     /// A scan of every record key under the prefix, node by node.
-    async fn start_scan(&self) -> Result<Scan, StoreError> {
+    pub(crate) async fn start_scan(&self) -> Result<Scan, StoreError> {
         Ok(Scan {
             pattern: format!("{}{{*}}", glob_escape(self.key_prefix())),
             nodes: self.nodes().await?,
@@ -121,7 +112,10 @@ impl RedisStore {
     }
 
     /// The next non-empty page of `scan`: the node and the keys it holds; `None` at the end.
-    async fn next_page(&self, scan: &mut Scan) -> Result<Option<(Node, Vec<Vec<u8>>)>, StoreError> {
+    pub(crate) async fn next_page(
+        &self,
+        scan: &mut Scan,
+    ) -> Result<Option<(Node, Vec<Vec<u8>>)>, StoreError> {
         while let Some(node) = scan.nodes.last().cloned() {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(&scan.cursor).arg("MATCH").arg(&scan.pattern);
@@ -210,7 +204,7 @@ impl RedisStore {
     }
 
     /// The server clock, in ms since the epoch.
-    async fn server_now(&self) -> Result<UnixMillis, StoreError> {
+    pub(crate) async fn server_now(&self) -> Result<UnixMillis, StoreError> {
         let (secs, micros): (i64, i64) = redis::cmd("TIME")
             .query_async(&mut self.conn())
             .await
@@ -259,46 +253,6 @@ impl AdminStore for RedisStore {
             .map_err(classify)?;
         Ok(int(&reply)? == 1)
     }
-
-    async fn admin_stats(&self) -> Result<AdminStats, StoreError> {
-        let mut stats = AdminStats {
-            now: self.server_now().await?,
-            ..AdminStats::default()
-        };
-        let mut scan = self.start_scan().await?;
-        while let Some((node, keys)) = self.next_page(&mut scan).await? {
-            let mut pipe = redis::pipe();
-            for k in &keys {
-                pipe.cmd("HMGET")
-                    .arg(k)
-                    .arg("st")
-                    .arg("le")
-                    .arg("ca")
-                    .arg("ex");
-                pipe.cmd("HSTRLEN").arg(k).arg("rb");
-            }
-            let replies = self.pipe_on_node(&node, &pipe).await?;
-            for pair in replies.chunks(2) {
-                let [fields, body] = pair else {
-                    return Err(unexpected("stats: a reply per command").into());
-                };
-                let Value::Array(f) = fields else {
-                    continue;
-                };
-                if f.iter().all(|v| matches!(v, Value::Nil)) {
-                    continue; // gone since the scan
-                }
-                let state = match f.first() {
-                    Some(Value::BulkString(b)) => std::str::from_utf8(b).ok(),
-                    _ => None,
-                };
-                let times = (int_field(&f[1]), int_field(&f[2]), int_field(&f[3]));
-                let body = int_field(body).unwrap_or(0).max(0) as u64;
-                stats.add_fields(state, times, body);
-            }
-        }
-        Ok(stats)
-    }
 }
 
 #[cfg(test)]
@@ -322,5 +276,7 @@ e5 :0@0 master,noaddr - 0 0 4 disconnected";
     #[test]
     fn glob_characters_are_escaped() {
         assert_eq!(glob_escape("app:*?[x]\\"), "app:\\*\\?\\[x\\]\\\\");
+        // Moved from the gauges' own pattern, which this scan replaced.
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 }

@@ -1,5 +1,6 @@
 //! [`RedisStoreError`] and its classification into [`StoreError`].
 
+use idemgate_core::report::error_text as error_chain;
 use idemgate_core::StoreError;
 use redis::{ErrorKind, RedisError};
 
@@ -127,18 +128,6 @@ pub(crate) fn unexpected(detail: impl Into<String>) -> RedisStoreError {
     RedisStoreError::UnexpectedReply {
         detail: detail.into(),
     }
-}
-
-/// `e` and its sources, joined with `: `.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(source) = next {
-        out.push_str(": ");
-        out.push_str(&source.to_string());
-        next = source.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
-//! [`GaugedStore`] for [`RedisStore`]: counts from a scan of the prefix's keys while the
-//! database is small, from a random sample of keys past that (approximate).
+//! [`GaugedStore`] for [`RedisStore`], the one count of `idemgate stats` and the gauges:
+//! from a scan of the prefix's keys while the database is small, from a random sample of
+//! keys past that (marked approximate).
 
 use std::num::NonZeroU32;
 
-use idemgate_core::gauges::{GaugedStore, RecordFacts, StoreGauges};
+use idemgate_core::gauges::{GaugedStore, RecordFacts, StoreCount};
 use idemgate_core::{RecordState, StoreError};
-use redis::{FromRedisValue, Value};
+use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use crate::conn::Conn;
 use crate::error::classify;
@@ -26,45 +27,11 @@ const READ: &str = "if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return fals
     return {f[1] or false, f[2] or false, f[3] or false, f[4] or false, \
     redis.call('HSTRLEN', KEYS[1], 'rb')}";
 
-/// `prefix` as a `SCAN MATCH` pattern: glob characters escaped, then `*`.
-fn pattern(prefix: &str) -> String {
-    let mut p = String::with_capacity(prefix.len() + 1);
-    for c in prefix.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            p.push('\\');
-        }
-        p.push(c);
-    }
-    p.push('*');
-    p
-}
-
 fn int(v: &Value) -> Option<i64> {
     Option::<i64>::from_redis_value(v).ok().flatten()
 }
 
 impl RedisStore {
-    /// Every key under the prefix (`SCAN`, one node).
-    async fn scan_all(&self, conn: &mut Conn) -> Result<Vec<String>, StoreError> {
-        let (mut cursor, mut keys) = (0_u64, Vec::new());
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern(self.key_prefix()))
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(conn)
-                .await
-                .map_err(classify)?;
-            keys.extend(batch);
-            if next == 0 {
-                return Ok(keys);
-            }
-            cursor = next;
-        }
-    }
-
     /// [`SAMPLE_KEYS`] random keys of the database (of every prefix).
     async fn sample(&self, conn: &mut Conn) -> Result<Vec<Option<String>>, StoreError> {
         let mut keys = Vec::with_capacity(SAMPLE_KEYS);
@@ -82,8 +49,8 @@ impl RedisStore {
     async fn count_keys(
         &self,
         conn: &mut Conn,
-        keys: &[String],
-        g: &mut StoreGauges,
+        keys: &[impl ToRedisArgs],
+        g: &mut StoreCount,
     ) -> Result<(), StoreError> {
         // One slot per pipeline on a cluster; 100 keys per pipeline on one server.
         let per = if self.is_cluster() { 1 } else { 100 };
@@ -124,24 +91,23 @@ impl GaugedStore for RedisStore {
     /// by `DBSIZE` (`approximate` is set; the oldest record is the oldest sampled). Redis
     /// drops every record at its `expires_at`, so `expired` is `None`: nothing waits for a
     /// purge. Body bytes are the stored bodies' lengths, not Redis's memory use.
-    async fn gauges(&self) -> Result<StoreGauges, StoreError> {
+    async fn gauges(&self) -> Result<StoreCount, StoreError> {
         let mut conn = self.conn();
-        let (secs, micros): (i64, i64) = redis::cmd("TIME")
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
+        let now = self.server_now().await?;
         let dbsize: i64 = redis::cmd("DBSIZE")
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
-        let mut g = StoreGauges {
-            now: secs * 1000 + micros / 1000,
+        let mut g = StoreCount {
+            now,
             body_bytes: Some(0),
-            ..StoreGauges::default()
+            ..StoreCount::default()
         };
         if !self.is_cluster() && dbsize <= SCAN_ALL_BELOW {
-            let keys = self.scan_all(&mut conn).await?;
-            self.count_keys(&mut conn, &keys, &mut g).await?;
+            let mut scan = self.start_scan().await?;
+            while let Some((_, keys)) = self.next_page(&mut scan).await? {
+                self.count_keys(&mut conn, &keys, &mut g).await?;
+            }
             return Ok(g);
         }
         let sampled = self.sample(&mut conn).await?;
@@ -164,16 +130,5 @@ impl GaugedStore for RedisStore {
     /// `None`: Redis deletes each record itself at its `expires_at`.
     async fn count_expired(&self, _limit: NonZeroU32) -> Result<Option<u64>, StoreError> {
         Ok(None)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::pattern;
-
-    #[test]
-    fn prefixes_match_literally() {
-        assert_eq!(pattern("idemgate:"), "idemgate:*");
-        assert_eq!(pattern("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\*");
     }
 }

@@ -47,7 +47,8 @@
 //! # Layout
 //! - [`RedisStore`] (`store.rs`): the connection (a reconnecting
 //!   [`redis::aio::ConnectionManager`], or a [`redis::cluster_async::ClusterConnection`])
-//!   and the store primitives; [`RedisOptions`] and store URLs (`options.rs`).
+//!   and the store primitives; [`RedisOptions`] and store URLs (`options.rs`;
+//!   [`RedisStore::from_url`] and [`RedisStore::check_url`] in `url.rs`).
 //! - `scripts/*.lua` (`scripts.rs`): one Lua script per primitive, each prefixed with
 //!   `scripts/common.lua`, run with `EVALSHA` (loaded again on `NOSCRIPT`).
 //! - `admin.rs`: [`idemgate_core::admin::AdminStore`] for `idemgate inspect`, `release` and
@@ -127,6 +128,7 @@ mod options;
 mod record;
 mod scripts;
 mod store;
+mod url;
 
 pub use check::ServerWarning;
 pub use error::{RedisStoreError, Result};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idemgate_core::integrity::response_checksum;
+use idemgate_core::record::duration_ms;
 use idemgate_core::{
     IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
     ScopedKey, StoreError, StoredResponse, UnixMillis,
@@ -26,7 +27,7 @@ use crate::scripts::SCRIPTS;
 const MAX_DURATION_MS: i64 = 100 * 365 * 86_400_000;
 
 fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).map_or(MAX_DURATION_MS, |ms| ms.min(MAX_DURATION_MS))
+    duration_ms(d).min(MAX_DURATION_MS)
 }
 
 fn flag(b: bool) -> &'static str {

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use idemgate_gateway::config::{Config, RouteConfig};
+use idemgate_gateway::config::{Config, RouteTable};
 use idemgate_retry::{IdempotentRetryLayer, RetryPolicy};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -24,11 +24,9 @@ async fn gateway(upstream: &str) -> (String, tokio::sync::oneshot::Sender<()>) {
         store: "memory://".into(),
         ..Config::default()
     };
-    config.routes.push(RouteConfig {
-        route: Some("POST /payments".into()),
-        key_required: Some(true),
-        ..Default::default()
-    });
+    config
+        .routes
+        .push(RouteTable::route("POST /payments").with("key_required", true));
     let validated = idemgate_gateway::cli::validated(config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -98,7 +96,7 @@ fn payment(url: &str) -> http::Request<Full<Bytes>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_upstream_short_timeout_runs_once_and_ends_with_the_stored_response() {
-    let (api, ledger) = idemgate_gateway::payments::spawn().await.unwrap();
+    let (api, ledger) = idemgate_demo::payments::spawn().await.unwrap();
     let (gw, _stop) = gateway(&api).await;
     let seen = Seen::default();
     let mut client = hyper_client(policy(300), seen.clone());
@@ -126,7 +124,7 @@ async fn slow_upstream_short_timeout_runs_once_and_ends_with_the_stored_response
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reqwest_through_the_layer_runs_once() {
-    let (api, ledger) = idemgate_gateway::payments::spawn().await.unwrap();
+    let (api, ledger) = idemgate_demo::payments::spawn().await.unwrap();
     let (gw, _stop) = gateway(&api).await;
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let mut client = ServiceBuilder::new()

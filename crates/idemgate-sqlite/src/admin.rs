@@ -2,7 +2,7 @@
 //! on the store thread, in one `BEGIN IMMEDIATE` transaction (read, compare, delete), so no
 //! other writer (another gateway process on the file) can change the row in between.
 
-use idemgate_core::admin::{same_record, AdminStats, AdminStore, KeyFilter, Listing};
+use idemgate_core::admin::{same_record, AdminStore, KeyFilter, Listing};
 use idemgate_core::{now_millis, RawRecord, ScopedKey, StoreError};
 use rusqlite::{params, Connection, OptionalExtension, ToSql};
 
@@ -10,14 +10,6 @@ use crate::error::Result;
 use crate::row::{decode, RECORD_COLUMNS};
 use crate::store::{Admission, SqliteStore};
 use crate::worker::Access;
-
-/// Counts by state, bytes, oldest, expired and stuck rows, at ?1 = now.
-const STATS: &str = "SELECT count(*), total(state = 'in_progress'), total(state = 'completed'),
-    total(state = 'failed'), total(length(response_body)), min(created_at),
-    total(expires_at <= ?1),
-    total(state = 'in_progress' AND expires_at > ?1
-          AND (lease_expires_at IS NULL OR lease_expires_at <= ?1))
-    FROM idempotency_records";
 
 /// The rows of `filter`'s key (the primary key's prefix is used when a principal is given;
 /// otherwise the table is scanned), decoded but not validated.
@@ -71,25 +63,6 @@ fn delete_exact(conn: &Connection, seen: &RawRecord) -> Result<bool> {
     Ok(n == 1)
 }
 
-fn stats(conn: &Connection) -> Result<AdminStats> {
-    let now = now_millis();
-    let count = |v: f64| v as u64;
-    Ok(conn.prepare_cached(STATS)?.query_row([now], |r| {
-        Ok(AdminStats {
-            now,
-            records: r.get::<_, i64>(0)? as u64,
-            in_progress: count(r.get(1)?),
-            completed: count(r.get(2)?),
-            failed: count(r.get(3)?),
-            unknown_state: 0,
-            body_bytes: count(r.get(4)?),
-            oldest_created_at: r.get(5)?,
-            expired: count(r.get(6)?),
-            stuck_in_progress: count(r.get(7)?),
-        })
-    })?)
-}
-
 impl AdminStore for SqliteStore {
     async fn list_key(&self, filter: &KeyFilter) -> Result<Listing, StoreError> {
         let filter = filter.clone();
@@ -108,12 +81,5 @@ impl AdminStore for SqliteStore {
             delete_exact(c, &seen)
         })
         .await
-    }
-
-    async fn admin_stats(&self) -> Result<AdminStats, StoreError> {
-        let mut stats = self.read(stats).await?;
-        let known = stats.in_progress + stats.completed + stats.failed;
-        stats.unknown_state = stats.records.saturating_sub(known);
-        Ok(stats)
     }
 }

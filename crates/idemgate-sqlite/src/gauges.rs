@@ -1,11 +1,12 @@
-//! [`GaugedStore`] for [`SqliteStore`]: exact counts from one scan of a small table; on a
-//! large one, bounded reads of its indexes and a sample of its rows, cheap enough for every
-//! metrics interval at any size.
+//! [`GaugedStore`] for [`SqliteStore`], the one count of `idemgate stats` and the gauges:
+//! exact from one scan of a small table; on a large one, bounded reads of its indexes and a
+//! sample of its rows (marked approximate), cheap enough for every metrics interval at any
+//! size.
 
 use std::num::NonZeroU32;
 
-use idemgate_core::gauges::{GaugedStore, StoreGauges};
-use idemgate_core::{now_millis, StoreError, UnixMillis};
+use idemgate_core::gauges::{GaugedStore, StoreCount};
+use idemgate_core::{now_millis, RecordState, StoreError, UnixMillis};
 use rusqlite::{params, Connection};
 
 use crate::error::Result;
@@ -58,7 +59,7 @@ const COUNT_EXPIRED: &str = "SELECT count(*) FROM
     (SELECT 1 FROM idempotency_records WHERE expires_at <= ?1 LIMIT ?2)";
 
 /// The gauges, exact below `exact_below` records, else from indexes and a sample.
-pub(crate) fn gauges(conn: &Connection, exact_below: i64) -> Result<StoreGauges> {
+pub(crate) fn gauges(conn: &Connection, exact_below: i64) -> Result<StoreCount> {
     let now = now_millis();
     let probed: i64 = conn
         .prepare_cached(PROBE)?
@@ -70,26 +71,32 @@ pub(crate) fn gauges(conn: &Connection, exact_below: i64) -> Result<StoreGauges>
     }
 }
 
-/// Counts `n` records in `state` (the column's value) in `g`.
-fn add_state(g: &mut StoreGauges, state: &str, n: u64) {
-    match state {
-        "in_progress" => g.in_progress += n,
-        "completed" => g.completed += n,
-        _ => g.failed += n,
+/// Counts `n` records in `state` (the column's value; `None` or an unknown one: corrupt)
+/// in `g`.
+fn add_state(g: &mut StoreCount, state: Option<&str>, n: u64) {
+    match state.and_then(RecordState::parse) {
+        Some(RecordState::InProgress) => g.in_progress += n,
+        Some(RecordState::Completed) => g.completed += n,
+        Some(RecordState::Failed) => g.failed += n,
+        None => g.unknown_state += n,
     }
 }
 
-fn exact(conn: &Connection, now: UnixMillis) -> Result<StoreGauges> {
-    let mut g = StoreGauges {
+fn exact(conn: &Connection, now: UnixMillis) -> Result<StoreCount> {
+    let mut g = StoreCount {
         now,
         expired: Some(0),
         body_bytes: Some(0),
-        ..StoreGauges::default()
+        ..StoreCount::default()
     };
     let mut stmt = conn.prepare_cached(GAUGES)?;
     let mut rows = stmt.query([now])?;
     while let Some(r) = rows.next()? {
-        add_state(&mut g, &r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64);
+        add_state(
+            &mut g,
+            r.get::<_, Option<String>>(0)?.as_deref(),
+            r.get::<_, i64>(1)? as u64,
+        );
         g.body_bytes = Some(g.body_bytes.unwrap_or(0) + r.get::<_, f64>(2)? as u64);
         if let Some(c) = r.get::<_, Option<i64>>(3)? {
             g.oldest_created_at = Some(g.oldest_created_at.map_or(c, |o| o.min(c)));
@@ -103,20 +110,24 @@ fn exact(conn: &Connection, now: UnixMillis) -> Result<StoreGauges> {
 /// `in_progress`, `failed` and stuck exactly (the partial index); `completed` as the
 /// estimated total less those; expired up to [`EXPIRED_COUNT_CAP`]; the oldest among the
 /// records next to expire; no body bytes.
-fn sampled(conn: &Connection, now: UnixMillis) -> Result<StoreGauges> {
-    let mut g = StoreGauges {
+fn sampled(conn: &Connection, now: UnixMillis) -> Result<StoreCount> {
+    let mut g = StoreCount {
         now,
         approximate: true,
-        ..StoreGauges::default()
+        ..StoreCount::default()
     };
     let mut stmt = conn.prepare_cached(UNSETTLED)?;
     let mut rows = stmt.query([now])?;
     while let Some(r) = rows.next()? {
-        add_state(&mut g, &r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64);
+        add_state(
+            &mut g,
+            r.get::<_, Option<String>>(0)?.as_deref(),
+            r.get::<_, i64>(1)? as u64,
+        );
         g.stuck_in_progress += r.get::<_, f64>(2)? as u64;
     }
     let total = estimated_records(conn)?;
-    g.completed = total.saturating_sub(g.in_progress + g.failed);
+    g.completed = total.saturating_sub(g.in_progress + g.failed + g.unknown_state);
     g.oldest_created_at = conn.prepare_cached(OLDEST)?.query_row([], |r| r.get(0))?;
     let expired: i64 = conn
         .prepare_cached(COUNT_EXPIRED)?
@@ -161,7 +172,7 @@ impl GaugedStore for SqliteStore {
     /// exactly up to [`EXPIRED_COUNT_CAP`]; the oldest record among the 1000 next to expire
     /// (exact when every route has the same record TTL); body bytes not summed. Runs on a
     /// read-only connection, so it never delays store operations.
-    async fn gauges(&self) -> Result<StoreGauges, StoreError> {
+    async fn gauges(&self) -> Result<StoreCount, StoreError> {
         self.read(|c| gauges(c, EXACT_COUNT_BELOW)).await
     }
 

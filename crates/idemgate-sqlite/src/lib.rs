@@ -39,7 +39,7 @@
 //! ```
 //!
 //! # Layout
-//! - [`SqliteStore`] and [`SqliteStats`]: the store, its metrics snapshot.
+//! - [`SqliteStore`]: the store (what it holds: [`idemgate_core::GaugedStore::gauges`]).
 //! - [`SqliteOptions`], [`Synchronous`], [`SqliteLocation`]: settings and `sqlite://` URLs.
 //! - [`SqliteStoreError`]: errors, converted into [`idemgate_core::StoreError`].
 //! - [`idemgate_core::admin::AdminStore`] (`admin`): listing a key's rows, deleting one
@@ -81,4 +81,4 @@ mod worker;
 pub use error::{Result, SqliteStoreError};
 pub use gauges::{EXACT_COUNT_BELOW, EXPIRED_COUNT_CAP};
 pub use options::{SqliteLocation, SqliteOptions, Synchronous};
-pub use store::{SqliteStats, SqliteStore};
+pub use store::SqliteStore;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use idemgate_core::record::duration_ms as millis;
 use idemgate_core::{
     now_millis, response_checksum, IdempotencyRecord, InsertOutcome, InsertRequest, Lease,
     LeaseToken, StoredResponse, UnixMillis,
@@ -14,7 +15,6 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{Result, SqliteStoreError};
 use crate::row::read_live;
-use crate::SqliteStats;
 
 /// Inserts a record `in_progress`, or replaces one past its `expires_at` (fence + 1, every
 /// outcome column cleared); a live row is left alone and nothing is returned.
@@ -76,12 +76,6 @@ const RELEASE: &str = concat!("DELETE FROM idempotency_records", held!());
 const PURGE: &str = "DELETE FROM idempotency_records WHERE rowid IN
     (SELECT rowid FROM idempotency_records WHERE expires_at <= ?1 LIMIT ?2)";
 
-const STATS: &str = "SELECT count(*), total(length(response_body)), min(created_at),
-    total(expires_at <= ?1),
-    total(state = 'in_progress' AND expires_at > ?1
-          AND (lease_expires_at IS NULL OR lease_expires_at <= ?1))
-    FROM idempotency_records";
-
 /// A completion, prepared by the caller (headers encoded, checksum computed).
 #[derive(Debug)]
 pub(crate) struct Completion {
@@ -104,10 +98,6 @@ impl Completion {
             checksum: response_checksum(&lease.key, response),
         }
     }
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The clock readings of one insert (Unix ms): now, the lease's end and the record's expiry,
@@ -301,19 +291,4 @@ pub(crate) fn purge(conn: &Connection, batch: u32) -> Result<u64> {
 pub(crate) fn ping(conn: &Connection) -> Result<()> {
     conn.prepare_cached("SELECT 1")?.query_row([], |_| Ok(()))?;
     Ok(())
-}
-
-/// One scan of the table (see [`crate::SqliteStore::stats`]).
-pub(crate) fn stats(conn: &Connection) -> Result<SqliteStats> {
-    let now = now_millis();
-    let stats = conn.prepare_cached(STATS)?.query_row([now], |r| {
-        Ok(SqliteStats {
-            rows: r.get::<_, i64>(0)? as u64,
-            body_bytes: r.get::<_, f64>(1)? as u64,
-            oldest_created_at: r.get(2)?,
-            expired_rows: r.get::<_, f64>(3)? as u64,
-            stuck_in_progress: r.get::<_, f64>(4)? as u64,
-        })
-    })?;
-    Ok(stats)
 }

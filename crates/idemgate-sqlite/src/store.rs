@@ -30,7 +30,7 @@ use crate::worker::{Access, Command, Worker};
 /// oneshot. The thread runs whatever is queued, up to [`SqliteOptions::max_batch`]
 /// commands, in one transaction, so concurrent requests share commits. On a file, reads
 /// ([`IdempotencyStore::get`], the first look of [`IdempotencyStore::insert_or_get`],
-/// [`SqliteStore::stats`]) run on a small pool of read-only connections instead
+/// [`idemgate_core::GaugedStore::gauges`]) run on a small pool of read-only connections instead
 /// ([`SqliteOptions::readers`]), so a replay or a `409` never queues behind writes nor waits
 /// for the write lock; only a key with no live record goes on to the writer, which inserts
 /// it atomically. In memory everything runs on the store thread. Time is the process wall
@@ -80,23 +80,6 @@ pub(crate) enum Admission {
     /// Outcomes of work already done, and the rest: waits for room.
     Wait,
 }
-/// What a store holds, for metrics. See [`SqliteStore::stats`].
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
-#[non_exhaustive]
-pub struct SqliteStats {
-    /// Records held, expired ones not yet purged included.
-    pub rows: u64,
-    /// Sum of the stored response bodies, in bytes.
-    pub body_bytes: u64,
-    /// `created_at` of the oldest record held, in ms since the epoch; `None` when empty.
-    pub oldest_created_at: Option<UnixMillis>,
-    /// Records past their `expires_at`, waiting to be purged.
-    pub expired_rows: u64,
-    /// Live `in_progress` records whose lease has expired (or is missing): their holder died
-    /// and no retry has taken them over yet.
-    pub stuck_in_progress: u64,
-}
-
 impl SqliteStore {
     /// Opens (creating it if missing) the database file at `path`, sets its pragmas
     /// (`journal_mode=WAL`, `synchronous`, `busy_timeout`), migrates its schema, and starts
@@ -168,20 +151,6 @@ impl SqliteStore {
     /// The database file (absolute when it could be resolved); `None` for an in-memory store.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
-    }
-
-    /// Counts what the store holds: rows, body bytes, the oldest record, expired rows and
-    /// stuck `in_progress` rows.
-    ///
-    /// It scans the whole table (O(rows)), so call it at metrics-scrape intervals, not per
-    /// request. On a file it runs on the read-only connections, on a blocking thread, so it
-    /// never delays store operations (in WAL mode readers do not block the writer); in
-    /// memory it runs on the store thread.
-    ///
-    /// # Errors
-    /// As the store operations ([`StoreError::Unavailable`] if the file cannot be read).
-    pub async fn stats(&self) -> Result<SqliteStats, StoreError> {
-        self.read(ops::stats).await
     }
 
     /// Stops the store thread once the commands already queued have run, closes the

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{insert, sqlite_source, TempStore, DAY, LONG};
 use idemgate_core::testing::{existing, fp, inserted, request, response, unique_key};
-use idemgate_core::{IdempotencyStore, LeaseToken, RecordState, StoreError};
+use idemgate_core::{GaugedStore, IdempotencyStore, LeaseToken, RecordState, StoreError};
 use idemgate_sqlite::{SqliteOptions, SqliteStoreError};
 use tokio::time::Instant;
 
@@ -276,7 +276,7 @@ async fn deleted_files_make_the_store_unavailable() {
     gone(s.release(&held).await, "release");
     gone(s.purge_expired(1.try_into().unwrap()).await, "purge");
     gone(s.ping().await, "ping");
-    gone(s.stats().await, "stats");
+    gone(s.gauges().await, "stats");
     let TempStore { store, dir } = s;
     store.close().await;
     drop(dir);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{insert, key_params, TempStore, DAY, LONG};
 use idemgate_core::testing::{fp, request, response, unique_key};
-use idemgate_core::{IdempotencyStore, InsertOutcome, RecordState, StoreError};
+use idemgate_core::{GaugedStore, IdempotencyStore, InsertOutcome, RecordState, StoreError};
 use idemgate_sqlite::{SqliteLocation, SqliteOptions, SqliteStore, SqliteStoreError};
 use tokio::time::Instant;
 
@@ -282,7 +282,7 @@ async fn an_error_in_a_group_spares_the_others() {
 }
 
 async fn seed_and_check_stats(s: &SqliteStore, raw: impl FnOnce(&str)) {
-    assert_eq!(s.stats().await.unwrap().rows, 0);
+    assert_eq!(s.gauges().await.unwrap().records(), 0);
     let done = unique_key("alice");
     let lease = insert(s, &done).await;
     s.complete(&lease, &response(1000)).await.unwrap();
@@ -296,14 +296,14 @@ async fn seed_and_check_stats(s: &SqliteStore, raw: impl FnOnce(&str)) {
         stuck.key.as_str(),
         done.key.as_str()
     ));
-    let stats = s.stats().await.unwrap();
-    assert_eq!(stats.rows, 3);
-    assert_eq!(stats.body_bytes, 1000);
+    let stats = s.gauges().await.unwrap();
+    assert_eq!(stats.records(), 3);
+    assert_eq!(stats.body_bytes, Some(1000));
     assert_eq!(stats.oldest_created_at, Some(5));
-    assert_eq!(stats.expired_rows, 1);
+    assert_eq!(stats.expired, Some(1));
     assert_eq!(stats.stuck_in_progress, 1);
     assert_eq!(s.purge_expired(1.try_into().unwrap()).await.unwrap(), 1);
-    assert_eq!(s.stats().await.unwrap().rows, 2);
+    assert_eq!(s.gauges().await.unwrap().records(), 2);
 }
 
 #[tokio::test]
@@ -323,8 +323,8 @@ async fn in_memory_store_from_url() {
     let lease = insert(&s, &k).await;
     s.release(&lease).await.unwrap();
     assert!(s.get(&k).await.unwrap().is_none());
-    let stats = s.stats().await.unwrap();
-    assert_eq!((stats.rows, stats.oldest_created_at), (0, None));
+    let stats = s.gauges().await.unwrap();
+    assert_eq!((stats.records(), stats.oldest_created_at), (0, None));
     assert!(matches!(
         SqliteStore::from_url("mysql://x", SqliteOptions::default()),
         Err(SqliteStoreError::InvalidUrl { .. })

@@ -27,6 +27,7 @@ use crate::policy::{Policy, Resolved};
 use crate::principal::Principal;
 use crate::rejection::IdempotencyRejection;
 use crate::replay::IDEMPOTENT_REPLAYED;
+use crate::transaction::TxStore;
 
 pub(crate) mod fingerprint;
 
@@ -39,6 +40,7 @@ pub(crate) struct Ctx<St> {
     pub(crate) tasks: TaskTracker,
     pub(crate) limiter: Arc<Limiter>,
     pub(crate) meters: Arc<Meters>,
+    pub(crate) transactional: Option<TxStore>,
 }
 
 /// Steps 2 to 5 of a request whose method is covered, with the access log line and the
@@ -189,6 +191,7 @@ where
         policy: policy.clone(),
         route: rp,
         ticket,
+        transactional: ctx.transactional.clone(),
     };
     // A key its live record answers (a replay, 409, 422, ...) is answered here; only a key
     // to acquire starts the detached task, which then runs to its end whatever the client does.

@@ -29,6 +29,7 @@ use crate::metrics::RouteMetrics;
 use crate::policy::{Policy, RoutePolicy, StatusAction};
 use crate::rejection::IdempotencyRejection;
 use crate::replay::{headers_to_store, IDEMPOTENT_TAKEOVER};
+use crate::transaction::TxStore;
 
 mod answer;
 
@@ -47,6 +48,8 @@ pub(crate) struct Covered {
     pub(crate) route: Arc<RoutePolicy>,
     /// The request's hold on its per-principal limits, released when this task ends.
     pub(crate) ticket: Ticket,
+    /// The store for completions inside the handler's transaction, when the layer has one.
+    pub(crate) transactional: Option<TxStore>,
 }
 
 impl Covered {
@@ -171,8 +174,8 @@ async fn execute<S, St, ResB>(
     St: IdempotencyStore,
 {
     let rp = &covered.route;
-    let store = lifecycle.store().clone();
-    let handle = LeaseHandle::new(holder.lease.clone(), holder.takeover, store, rp.clone());
+    let tx = covered.transactional.clone();
+    let handle = LeaseHandle::new(holder.lease.clone(), holder.takeover, tx, rp.clone());
     request.extensions_mut().insert(handle.clone());
     if holder.takeover {
         let takeover = HeaderValue::from_static("true");

@@ -12,6 +12,7 @@ use crate::limits::Limiter;
 use crate::metrics::Meters;
 use crate::policy::Policy;
 use crate::service::Idempotency;
+use crate::transaction::TxStore;
 
 /// Applies the idempotency contract to the wrapped service: see [`Idempotency`].
 ///
@@ -53,6 +54,9 @@ pub struct IdempotencyLayer<St> {
     limiter: Arc<Limiter>,
     /// The store's backend name, for the counters registered at 0 ([`crate::metrics::register`]).
     backend: &'static str,
+    /// The store for completions inside a handler's transaction
+    /// (`IdempotencyLayer::with_transactions`, features `axum` and `postgres`).
+    pub(crate) transactional: Option<TxStore>,
 }
 
 impl<St> Clone for IdempotencyLayer<St> {
@@ -63,6 +67,7 @@ impl<St> Clone for IdempotencyLayer<St> {
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
             backend: self.backend,
+            transactional: self.transactional.clone(),
         }
     }
 }
@@ -89,6 +94,7 @@ impl<St: IdempotencyStore> IdempotencyLayer<St> {
             policy: Arc::new(policy),
             tasks: TaskTracker::new(),
             limiter: Arc::default(),
+            transactional: None,
         }
     }
 }
@@ -132,6 +138,7 @@ impl<St> IdempotencyLayer<St> {
             policy: self.policy.clone(),
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
+            transactional: self.transactional.clone(),
         }
     }
 
@@ -152,6 +159,7 @@ impl<St> IdempotencyLayer<St> {
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
             backend: self.backend,
+            transactional: self.transactional.clone(),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use idemgate_core::{BoxError, Lease};
 
 use crate::policy::RoutePolicy;
+use crate::transaction::TxStore;
 
 /// An error of the inner service that means the request never reached the operation (for
 /// example a refused connection): the record is released so the same key can be retried.
@@ -22,7 +23,7 @@ pub struct NotSent(#[source] pub BoxError);
 ///
 /// A service that completes the record itself, in the same database transaction as its
 /// business rows, calls `LeaseHandle::complete_in(&mut *tx, response)` (features `axum` and
-/// `postgres`) before its commit: one call that stores the response through the layer's
+/// `postgres`, on a layer built with `IdempotencyLayer::with_transactions`) before its commit: one call that stores the response through the layer's
 /// header filter and marks the lease completed, so the middleware writes no outcome of its
 /// own. With axum, the handle is an extractor (feature `axum`: `lease: LeaseHandle`, a
 /// `400` `missing-key` when the request holds no lease) or `Extension<LeaseHandle>`.
@@ -34,9 +35,9 @@ struct LeaseState {
     lease: Lease,
     takeover: bool,
     completed: AtomicBool,
-    /// The layer's store (an `Arc<St>`), for completion in the caller's transaction.
+    /// The layer's store for completion in the caller's transaction, if it has one.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    store: Arc<dyn Any + Send + Sync>,
+    transactional: Option<TxStore>,
     /// The route's policy: its header filter and status rules.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     route: Arc<RoutePolicy>,
@@ -53,29 +54,25 @@ impl std::fmt::Debug for LeaseState {
 }
 
 impl LeaseHandle {
-    pub(crate) fn new<St: Send + Sync + 'static>(
+    pub(crate) fn new(
         lease: Lease,
         takeover: bool,
-        store: Arc<St>,
+        transactional: Option<TxStore>,
         route: Arc<RoutePolicy>,
     ) -> Self {
         Self(Arc::new(LeaseState {
             lease,
             takeover,
             completed: AtomicBool::new(false),
-            store,
+            transactional,
             route,
         }))
     }
 
-    /// The layer's store, if it is an `St` (or an `Arc<St>`).
+    /// The layer's store for completion in the caller's transaction, if it has one.
     #[cfg(feature = "postgres")]
-    pub(crate) fn store<St: Send + Sync + 'static>(&self) -> Option<&St> {
-        let any = &*self.0.store;
-        if let Some(st) = any.downcast_ref::<St>() {
-            return Some(st);
-        }
-        any.downcast_ref::<Arc<St>>().map(|st| &**st)
+    pub(crate) fn transactional(&self) -> Option<&TxStore> {
+        self.0.transactional.as_ref()
     }
 
     /// The route's policy.

@@ -40,7 +40,17 @@
 //!   ([`Policy::resolve_parts`]), [`IdempotencyRejection`] implements `IntoResponse`, and
 //!   [`LeaseHandle`] is an extractor.
 //! - `postgres` (implies `axum`): `LeaseHandle::complete_in` completes the key inside the
-//!   handler's PostgreSQL transaction, in one call.
+//!   handler's PostgreSQL transaction, in one call, on a layer built with
+//!   `IdempotencyLayer::with_transactions`.
+//! - `jwt` (default): [`PrincipalSource::Jwt`], the principal from a verified bearer token
+//!   ([`jwt::JwtVerifier`], jsonwebtoken). Without it no verifier can be built.
+//! - `limits` (default): per-principal limits ([`limits::PrincipalLimits`]) are enforced;
+//!   without it they are not (a warning is logged once).
+//! - `metrics` (default): the layer's counters and histograms through the `metrics` facade.
+//! - `openapi` (default): `openapi::Contract`, the contract as OpenAPI, alone or merged into
+//!   an API description; `utoipa` (implies `openapi`) adds it to a utoipa document.
+//!
+//! The defaults keep every part; `default-features = false` leaves the middleware alone.
 
 mod access;
 mod admission;
@@ -49,11 +59,13 @@ pub mod body;
 mod extract;
 mod future;
 mod glue;
+#[cfg_attr(not(feature = "jwt"), path = "jwt/off.rs")]
 pub mod jwt;
 mod layer;
 mod lease;
 pub mod limits;
 pub mod metrics;
+#[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod path;
 pub mod policy;
@@ -62,12 +74,15 @@ pub mod rejection;
 pub mod replay;
 mod service;
 mod template;
-#[cfg(all(feature = "axum", feature = "postgres"))]
+#[cfg_attr(
+    not(all(feature = "axum", feature = "postgres")),
+    path = "transaction/off.rs"
+)]
 mod transaction;
 
 pub use access::TARGET as ACCESS_LOG_TARGET;
 pub use future::ResponseFuture;
-pub use jwt::{JwtVerifier, TokenError};
+pub use jwt::JwtVerifier;
 pub use layer::IdempotencyLayer;
 pub use lease::{LeaseHandle, NotSent};
 pub use policy::{Policy, RoutePolicy, StatusAction, StatusPattern};
@@ -75,8 +90,9 @@ pub use principal::{
     authorization_hmac, authorization_principal, principal_from_authorization, Principal,
     PrincipalHashKey, PrincipalSource,
 };
-pub use rejection::{IdempotencyRejection, LimitKind};
+pub use rejection::{IdempotencyRejection, LimitKind, TokenError};
 pub use replay::{IDEMPOTENCY_KEY_LIFETIME, IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};
 pub use service::Idempotency;
+pub use template::parse_method;
 #[cfg(all(feature = "axum", feature = "postgres"))]
 pub use transaction::CompleteError;

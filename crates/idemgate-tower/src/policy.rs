@@ -5,53 +5,97 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, Method, StatusCode};
-use idemgate_core::engine::{DecisionPolicy, LeaseExpiredPolicy};
+use idemgate_core::engine::LeaseExpiredPolicy;
 use idemgate_core::lifecycle::{LifecycleConfig, RoutePlan};
 
 use crate::path::{EncodedSlash, ForwardPath, TrailingSlash, Unmatched};
 use crate::principal::PrincipalSource;
 use crate::template::parse_method;
 
+mod de;
+#[cfg(feature = "toml")]
+mod file;
 mod matching;
 mod overrides;
+mod setters;
 mod status;
 
+#[cfg(feature = "toml")]
+pub use file::{KeyProblem, Principals, RouteEntry};
 pub use matching::{Resolution, MAX_SCOPE_ROUTE_BYTES};
 pub use overrides::DEFAULT_OVERRIDE_HEADERS;
 
 pub use status::{StatusAction, StatusPattern, StatusRules};
 
-/// The knobs of one route. [`RoutePolicy::default`] gives the DESIGN.md defaults.
-#[derive(Clone, Debug)]
+/// The knobs of one route. [`RoutePolicy::default`] gives the DESIGN.md defaults, and is
+/// the only place they are written; each field deserializes from its configuration spelling
+/// (the gateway's `[defaults]` and `[[routes]]` keys), a missing one keeping its default.
+/// `principal` (it needs the keys of its source) and `limits` (three keys) are read by
+/// [`Policy::from_toml`] instead.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::StatusCode;
+/// use idemgate_core::engine::LeaseExpiredPolicy;
+/// use idemgate_tower::RoutePolicy;
+///
+/// let p = RoutePolicy::default();
+/// assert!(!p.key_required);
+/// assert_eq!(p.record_ttl, Duration::from_secs(24 * 3600));
+/// assert_eq!(p.lease_ttl, Duration::from_secs(10));
+/// assert_eq!(p.max_lease, Duration::from_secs(60));
+/// assert_eq!(p.mismatch_status, StatusCode::UNPROCESSABLE_ENTITY);
+/// assert_eq!(p.lease_expired, LeaseExpiredPolicy::Unknown);
+/// assert!(!p.retry_failed);
+/// assert_eq!(p.max_body_bytes, 1 << 20);
+/// assert_eq!(p.max_decoded_body_bytes, None);
+/// assert_eq!(p.max_stored_response_bytes, 1 << 20);
+/// assert_eq!(p.replay_deny_headers, ["set-cookie", "date"]);
+/// assert!(p.ignore_json_pointers.is_empty() && p.fingerprint_headers.is_empty());
+/// assert!(!p.allow_anonymous && !p.fail_open && !p.record_ttl_header && !p.case_insensitive);
+/// ```
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RoutePolicy {
     /// Reject requests without a key with `400`. Defaults to false.
     pub key_required: bool,
     /// Record lifetime (`expires_at` = creation + this). Defaults to 24 h.
+    #[serde(deserialize_with = "de::duration")]
     pub record_ttl: Duration,
     /// How long a dead holder blocks retries; renewed every third of it. Defaults to 10 s.
+    #[serde(deserialize_with = "de::duration")]
     pub lease_ttl: Duration,
     /// How long a record with no readable lease counts as in progress. Defaults to 60 s.
+    #[serde(deserialize_with = "de::duration")]
     pub max_lease: Duration,
     /// Status for a key reused with another request: `422` (default) or `400` (Stripe).
+    #[serde(deserialize_with = "de::mismatch_status")]
     pub mismatch_status: StatusCode,
     /// Statuses whose response is stored and replayed. Defaults to `2xx`, `3xx`, `4xx`
     /// ([`DEFAULT_STORE_STATUSES`](idemgate_core::status::DEFAULT_STORE_STATUSES), which
     /// says why). A `401` with `WWW-Authenticate` is released unless a list names `401`
     /// exactly ([`RoutePolicy::action_for`]).
+    #[serde(deserialize_with = "de::statuses")]
     pub store_statuses: Vec<StatusPattern>,
     /// Statuses that mean "nothing was done": the key is released. Defaults to `408`, `425`,
     /// `429`, `503` ([`DEFAULT_RELEASE_STATUSES`](idemgate_core::status::DEFAULT_RELEASE_STATUSES),
     /// which says why). Checked first.
+    #[serde(deserialize_with = "de::statuses")]
     pub release_statuses: Vec<StatusPattern>,
     /// Statuses that fail the record. Defaults to `5xx`
     /// ([`DEFAULT_FAIL_STATUSES`](idemgate_core::status::DEFAULT_FAIL_STATUSES), which says
     /// why). Anything matching no list fails too.
+    #[serde(deserialize_with = "de::statuses")]
     pub fail_statuses: Vec<StatusPattern>,
     /// JSON Pointers (RFC 6901) left out of the fingerprint. Defaults to none.
+    #[serde(deserialize_with = "de::pointers")]
     pub ignore_json_pointers: Vec<String>,
     /// Request headers included in the fingerprint. Defaults to none.
+    #[serde(deserialize_with = "de::headers")]
     pub fingerprint_headers: Vec<HeaderName>,
     /// Where the principal comes from. Defaults to the `Authorization` hash.
+    #[serde(skip)]
     pub principal: PrincipalSource,
     /// Requests without a principal share one anonymous scope instead of getting `401`.
     /// Defaults to false.
@@ -73,15 +117,19 @@ pub struct RoutePolicy {
     /// Largest decoded size of an encoded (`Content-Encoding: gzip`) request body, in bytes;
     /// decoding for the fingerprint stops there and the request gets `413`, unforwarded.
     /// `None` (the default): 4 × `max_body_bytes`.
+    #[serde(deserialize_with = "de::decoded_limit")]
     pub max_decoded_body_bytes: Option<usize>,
     /// Largest response body stored for replay, in bytes; above it the response is delivered
     /// whole but not replayable. Defaults to 1 MiB.
+    #[serde(deserialize_with = "de::stored_limit")]
     pub max_stored_response_bytes: usize,
     /// Response headers never replayed, in addition to hop-by-hop ones, `set-cookie` and
     /// `date` (never replayed whatever this says; a replay gets a fresh `Date`). Defaults to
     /// `set-cookie`, `date`.
+    #[serde(deserialize_with = "de::headers")]
     pub replay_deny_headers: Vec<HeaderName>,
     /// Per-principal limits (in flight, new keys per second). Defaults to off.
+    #[serde(skip)]
     pub limits: crate::limits::PrincipalLimits,
     /// Send [`IDEMPOTENCY_KEY_LIFETIME`](crate::replay::IDEMPOTENCY_KEY_LIFETIME) (the
     /// record TTL in seconds) on fresh and replayed keyed responses. Defaults to false.
@@ -103,11 +151,13 @@ pub struct RoutePolicy {
 
 impl Default for RoutePolicy {
     fn default() -> Self {
+        // The lifecycle's settings are the core's defaults, written there.
+        let plan = RoutePlan::default();
         Self {
             key_required: false,
-            record_ttl: Duration::from_secs(24 * 3600),
-            lease_ttl: Duration::from_secs(10),
-            max_lease: Duration::from_secs(60),
+            record_ttl: plan.record_ttl,
+            lease_ttl: plan.lease_ttl,
+            max_lease: plan.max_lease,
             mismatch_status: StatusCode::UNPROCESSABLE_ENTITY,
             store_statuses: idemgate_core::status::DEFAULT_STORE_STATUSES.to_vec(),
             release_statuses: idemgate_core::status::DEFAULT_RELEASE_STATUSES.to_vec(),
@@ -117,8 +167,8 @@ impl Default for RoutePolicy {
             principal: PrincipalSource::default(),
             allow_anonymous: false,
             fail_open: false,
-            lease_expired: LeaseExpiredPolicy::Unknown,
-            retry_failed: false,
+            lease_expired: plan.lease_expired,
+            retry_failed: plan.retry_failed,
             max_body_bytes: 1 << 20,
             max_decoded_body_bytes: None,
             max_stored_response_bytes: 1 << 20,
@@ -165,11 +215,9 @@ impl RoutePolicy {
         RoutePlan {
             lease_ttl: self.lease_ttl,
             record_ttl: self.record_ttl,
-            decision: DecisionPolicy {
-                lease_expired: self.lease_expired,
-                retry_failed: self.retry_failed,
-                max_lease: self.max_lease,
-            },
+            lease_expired: self.lease_expired,
+            retry_failed: self.retry_failed,
+            max_lease: self.max_lease,
         }
     }
 }
@@ -236,10 +284,7 @@ pub struct Policy {
 /// The most parameters (`{name}`, `{*rest}`) a route template may have.
 pub const MAX_ROUTE_PARAMS: usize = 16;
 
-/// Default prefix of problem `type` URIs: `urn:idemgate:problem:`, so a `type` is
-/// `urn:idemgate:problem:<anchor>`, a stable name (RFC 9457 §3.1.1 lets a type be a
-/// non-dereferenceable URI) whose anchor is the section of `docs/errors.md` that explains it.
-pub const DEFAULT_PROBLEM_BASE: &str = "urn:idemgate:problem:";
+pub use idemgate_core::problem::DEFAULT_BASE as DEFAULT_PROBLEM_BASE;
 
 impl Default for Policy {
     fn default() -> Self {

@@ -10,10 +10,10 @@ use std::fmt;
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{Response, StatusCode};
+use idemgate_core::problem::{self, ProblemType};
 use idemgate_core::KeyError;
 
 use crate::body::BoxBody;
-use crate::jwt::TokenError;
 use crate::path::PathAmbiguity;
 #[cfg(feature = "axum")]
 use crate::policy::DEFAULT_PROBLEM_BASE;
@@ -169,149 +169,58 @@ pub enum LimitKind {
 }
 
 impl IdempotencyRejection {
-    /// The HTTP status of this answer.
+    /// This answer's problem type in the catalogue of every front door
+    /// ([`idemgate_core::problem`]).
+    pub fn problem_type(&self) -> ProblemType {
+        match self {
+            Self::MissingKey { .. } => problem::MISSING_KEY,
+            Self::InvalidKey(_) => problem::INVALID_KEY,
+            Self::MissingPrincipal => problem::MISSING_PRINCIPAL,
+            Self::AmbiguousPrincipal { .. } => problem::AMBIGUOUS_PRINCIPAL,
+            Self::InvalidToken(_) => problem::INVALID_TOKEN,
+            Self::BodyTooLarge { .. } | Self::DecodedBodyTooLarge { .. } => problem::BODY_TOO_LARGE,
+            Self::BodyUnreadable => problem::BODY_UNREADABLE,
+            Self::RequestInFlight { .. } => problem::REQUEST_IN_FLIGHT,
+            Self::FingerprintMismatch { .. } => problem::FINGERPRINT_MISMATCH,
+            Self::PreviousAttemptFailed => problem::PREVIOUS_ATTEMPT_FAILED,
+            Self::ResponseNotKept { .. } => problem::RESPONSE_NOT_KEPT,
+            Self::OutcomeUnknown => problem::OUTCOME_UNKNOWN,
+            Self::RecordCorrupt => problem::RECORD_CORRUPT,
+            Self::StoreUnavailable => problem::STORE_UNAVAILABLE,
+            Self::UpstreamResponseFailed => problem::UPSTREAM_RESPONSE_FAILED,
+            Self::UpstreamUnreachable => problem::UPSTREAM_UNREACHABLE,
+            Self::UpstreamFailed | Self::UpstreamHeadTooLarge => problem::UPSTREAM_FAILED,
+            Self::UpstreamTimeout => problem::UPSTREAM_TIMEOUT,
+            Self::OperationPanicked => problem::OPERATION_PANICKED,
+            Self::Internal => problem::INTERNAL,
+            Self::PrincipalLimited { .. } => problem::PRINCIPAL_LIMITED,
+            Self::AmbiguousPath(_) | Self::AmbiguousRoute { .. } => problem::AMBIGUOUS_PATH,
+            Self::PathTooLong { .. } => problem::PATH_TOO_LONG,
+            Self::NoSuchRoute => problem::NO_SUCH_ROUTE,
+            Self::AmbiguousMethod { .. }
+            | Self::AmbiguousRequest { .. }
+            | Self::OverrideHeader { .. } => problem::AMBIGUOUS_REQUEST,
+        }
+    }
+
+    /// The HTTP status of this answer: its problem type's, or the route's configured
+    /// status for a fingerprint mismatch.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::MissingKey { .. } | Self::InvalidKey(_) | Self::BodyUnreadable => {
-                StatusCode::BAD_REQUEST
-            }
-            Self::MissingPrincipal | Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
-            Self::AmbiguousPrincipal { .. }
-            | Self::AmbiguousPath(_)
-            | Self::AmbiguousRoute { .. }
-            | Self::AmbiguousMethod { .. }
-            | Self::AmbiguousRequest { .. }
-            | Self::OverrideHeader { .. } => StatusCode::BAD_REQUEST,
-            Self::NoSuchRoute => StatusCode::NOT_FOUND,
-            Self::PathTooLong { .. } => StatusCode::URI_TOO_LONG,
-            Self::BodyTooLarge { .. } | Self::DecodedBodyTooLarge { .. } => {
-                StatusCode::PAYLOAD_TOO_LARGE
-            }
-            Self::RequestInFlight { .. } => StatusCode::CONFLICT,
             Self::FingerprintMismatch { status } => *status,
-            Self::PreviousAttemptFailed
-            | Self::OutcomeUnknown
-            | Self::RecordCorrupt
-            | Self::OperationPanicked
-            | Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::ResponseNotKept { .. } => StatusCode::GONE,
-            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::UpstreamResponseFailed
-            | Self::UpstreamUnreachable
-            | Self::UpstreamFailed
-            | Self::UpstreamHeadTooLarge => StatusCode::BAD_GATEWAY,
-            Self::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            Self::PrincipalLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            _ => StatusCode::from_u16(self.problem_type().status)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         }
     }
 
     /// The anchor of this error's section in `docs/errors.md`.
     pub fn anchor(&self) -> &'static str {
-        match self {
-            Self::MissingKey { .. } => "missing-key",
-            Self::InvalidKey(_) => "invalid-key",
-            Self::MissingPrincipal => "missing-principal",
-            Self::AmbiguousPrincipal { .. } => "ambiguous-principal",
-            Self::InvalidToken(_) => "invalid-token",
-            Self::BodyTooLarge { .. } | Self::DecodedBodyTooLarge { .. } => "body-too-large",
-            Self::BodyUnreadable => "body-unreadable",
-            Self::RequestInFlight { .. } => "request-in-flight",
-            Self::FingerprintMismatch { .. } => "fingerprint-mismatch",
-            Self::PreviousAttemptFailed => "previous-attempt-failed",
-            Self::ResponseNotKept { .. } => "response-not-kept",
-            Self::OutcomeUnknown => "outcome-unknown",
-            Self::RecordCorrupt => "record-corrupt",
-            Self::StoreUnavailable => "store-unavailable",
-            Self::UpstreamResponseFailed => "upstream-response-failed",
-            Self::UpstreamUnreachable => "upstream-unreachable",
-            Self::UpstreamFailed | Self::UpstreamHeadTooLarge => "upstream-failed",
-            Self::UpstreamTimeout => "upstream-timeout",
-            Self::OperationPanicked => "operation-panicked",
-            Self::Internal => "internal",
-            Self::PrincipalLimited { .. } => "principal-limited",
-            Self::AmbiguousPath(_) | Self::AmbiguousRoute { .. } => "ambiguous-path",
-            Self::AmbiguousMethod { .. } => "ambiguous-request",
-            Self::PathTooLong { .. } => "path-too-long",
-            Self::NoSuchRoute => "no-such-route",
-            Self::AmbiguousRequest { .. } | Self::OverrideHeader { .. } => "ambiguous-request",
-        }
+        self.problem_type().anchor
     }
 
     /// The problem's `title`: the same for every occurrence of the type.
     pub fn title(&self) -> &'static str {
-        match self {
-            Self::MissingKey { .. } => "Idempotency key required",
-            Self::InvalidKey(_) => "Invalid idempotency key",
-            Self::MissingPrincipal => "Authentication required",
-            Self::AmbiguousPrincipal { .. } => "Ambiguous principal",
-            Self::InvalidToken(_) => "Invalid bearer token",
-            Self::BodyTooLarge { .. } | Self::DecodedBodyTooLarge { .. } => {
-                "Request body too large"
-            }
-            Self::BodyUnreadable => "Request body unreadable",
-            Self::RequestInFlight { .. } => "Request in progress",
-            Self::FingerprintMismatch { .. } => "Idempotency key reused with a different request",
-            Self::PreviousAttemptFailed => "Previous attempt failed",
-            Self::ResponseNotKept { .. } => "Response not kept",
-            Self::OutcomeUnknown => "Outcome unknown",
-            Self::RecordCorrupt => "Stored record corrupt",
-            Self::StoreUnavailable => "Idempotency store unavailable",
-            Self::UpstreamResponseFailed => "Upstream response failed",
-            Self::UpstreamUnreachable | Self::UpstreamFailed | Self::UpstreamHeadTooLarge => {
-                "Bad gateway"
-            }
-            Self::UpstreamTimeout => "Upstream timeout",
-            Self::OperationPanicked => "Operation failed",
-            Self::Internal => "Internal error",
-            Self::PrincipalLimited { .. } => "Too many requests from this caller",
-            Self::AmbiguousPath(_) | Self::AmbiguousRoute { .. } => "Ambiguous request path",
-            Self::AmbiguousMethod { .. } => "Ambiguous request",
-            Self::PathTooLong { .. } => "Request path too long",
-            Self::NoSuchRoute => "No such route",
-            Self::AmbiguousRequest { .. } | Self::OverrideHeader { .. } => "Ambiguous request",
-        }
-    }
-
-    /// The problem's `detail`: this occurrence, and what the client should do.
-    pub fn detail(&self) -> String {
-        match self {
-            Self::MissingKey { header } => {
-                format!("This operation requires an `{header}` header with a unique value (a UUID v4 is a good choice).")
-            }
-            Self::InvalidKey(e) => format!("{e}."),
-            Self::MissingPrincipal => {
-                "Idempotency keys are scoped to the caller; send credentials.".into()
-            }
-            Self::AmbiguousPrincipal { header } => format!("The `{header}` header names the caller, so it must appear once with one value in visible ASCII; this request carries it more than once, as a comma-separated list, or with other bytes (which parsers decode differently). Nothing was run."),
-            Self::InvalidToken(e) => format!("{e}. Idempotency keys are scoped to the token's subject; send a valid token and retry with the same key."),
-            Self::BodyTooLarge { limit } => format!("The request body exceeds {limit} bytes."),
-            Self::BodyUnreadable => "The request body could not be read completely.".into(),
-            Self::DecodedBodyTooLarge { limit } => format!("The request body decoded (Content-Encoding) exceeds {limit} bytes; decoding stopped there. Send a smaller body."),
-            Self::RequestInFlight { .. } => "A request with this idempotency key is still being processed. Retry after the time in Retry-After.".into(),
-            Self::FingerprintMismatch { .. } => "This idempotency key was already used with a different request (method, path, query or body). Use a new key for a new request.".into(),
-            Self::PreviousAttemptFailed => "The first request with this idempotency key failed after it may have reached the server. It is not run again; use a new key.".into(),
-            Self::ResponseNotKept { original_status, detail: None } => format!("The operation with this idempotency key ran (status {original_status}), but its response streamed or was too large to keep. Do not retry with a new key: fetch the result instead."),
-            Self::ResponseNotKept { original_status, detail: Some(note) } => format!("The operation with this idempotency key ran (status {original_status}); its response is not available. An operator recorded: \"{note}\". Do not retry with a new key."),
-            Self::OutcomeUnknown => "The first attempt with this idempotency key was forwarded and its result was never recorded, so it may have run. Check the resource before retrying with a new key.".into(),
-            Self::RecordCorrupt => "The stored result for this idempotency key is damaged and is not replayed. The operation ran before; check the resource instead of retrying with a new key.".into(),
-            Self::StoreUnavailable => "The idempotency store is unreachable or too slow, so the request was not forwarded. Retry with the same key after the time in Retry-After.".into(),
-            Self::UpstreamResponseFailed => "The upstream's response broke off after it began, so the operation may have run. The key is marked failed; check the operation's result before using a new key.".into(),
-            Self::UpstreamUnreachable => "The API could not be reached; nothing was sent. Retry the request (with the same idempotency key, if it had one).".into(),
-            Self::UpstreamFailed => "The connection to the API failed after the request was sent, so the operation may have run. The key is marked failed; check the result before using a new key.".into(),
-            Self::UpstreamHeadTooLarge => "The API's response had more header fields than the gateway accepts (max_response_headers), so it was not delivered. The operation may have run: the key is marked failed; check the result before using a new key.".into(),
-            Self::UpstreamTimeout => "The API did not answer in time. The operation may have run: the key is marked failed; check the result before using a new key.".into(),
-            Self::OperationPanicked => "The operation with this idempotency key failed while it ran, so it may have partly run. The key is marked failed; check the result before using a new key.".into(),
-            Self::Internal => "An internal error occurred. Retry with the same key.".into(),
-            Self::PrincipalLimited { kind: LimitKind::InFlight, .. } => "Too many of your requests are in progress on this operation; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
-            Self::PrincipalLimited { kind: LimitKind::NewKeys, .. } => "You are sending new idempotency keys faster than this operation allows; nothing was stored or forwarded. Retry with the same key after the time in Retry-After.".into(),
-            Self::AmbiguousPath(why) => format!("The request path holds {why}, which servers read in different ways, so it is not clear which operation it names. Nothing was stored or forwarded. Send the path in its plain form (e.g. `/charges`, not `//charges`, `/./charges` or `/charges;x=1`)."),
-            Self::AmbiguousRoute { route, sibling } => format!("The request path matches the route `{route}` as it is and the route `{sibling}` through letter case or a trailing slash, and servers disagree on which of the two runs. Nothing was stored or forwarded. Send the path exactly as the operation's route spells it."),
-            Self::AmbiguousMethod { method } => format!("The method `{method}` is a method this API covers in another letter case; some servers run it as that method, others as another one, so it is not clear which operation, and which idempotency record, this request is. Nothing was stored or forwarded. Send the method in upper case (e.g. `POST`)."),
-            Self::PathTooLong { limit } => format!("The request path is too long for an idempotency record: its method and path in normal form exceed {limit} bytes. Nothing was stored or forwarded. Send a shorter path (move long values into the body)."),
-            Self::NoSuchRoute => "No route of this API matches the request's method and path, and requests outside its routes are refused. Nothing was forwarded. Check the path and its spelling.".into(),
-            Self::AmbiguousRequest { header } => format!("The `{header}` header appears more than once or with differing values, so the API could read this request differently from the way idemgate recorded it. Nothing was stored or forwarded. Send the header once."),
-            Self::OverrideHeader { header } => format!("The `{header}` header makes some servers run another path or method than the request line names (a path prefix stripped, a POST run as PATCH), so it is not clear which operation, and which idempotency record, this request is. Nothing was stored or forwarded. Send the request without it, with the method and path of the operation itself."),
-        }
+        self.problem_type().title
     }
 
     /// Builds the `application/problem+json` response with base URI `type_base` (see
@@ -323,8 +232,7 @@ impl IdempotencyRejection {
         let mut resp = problem(
             self.status(),
             type_base,
-            self.anchor(),
-            self.title(),
+            self.problem_type(),
             &self.detail(),
         );
         match &self {
@@ -355,22 +263,17 @@ impl IdempotencyRejection {
 }
 
 /// An RFC 9457 problem response: `{"type","title","status","detail"}` with
-/// `Content-Type: application/problem+json`; `type` is `type_base` + `anchor` when the base
-/// ends with `:` (`urn:idemgate:problem:invalid-key`), else `type_base#anchor`.
+/// `Content-Type: application/problem+json`; `type` is the problem type's URI under
+/// `type_base` ([`ProblemType::type_uri`]).
 fn problem(
     status: StatusCode,
     type_base: &str,
-    anchor: &str,
-    title: &str,
+    kind: ProblemType,
     detail: &str,
 ) -> Response<BoxBody> {
     let body = serde_json::json!({
-        "type": if type_base.ends_with(':') {
-            format!("{type_base}{anchor}")
-        } else {
-            format!("{type_base}#{anchor}")
-        },
-        "title": title,
+        "type": kind.type_uri(type_base),
+        "title": kind.title,
         "status": status.as_u16(),
         "detail": detail,
     });
@@ -412,3 +315,7 @@ impl axum::response::IntoResponse for IdempotencyRejection {
 }
 
 mod catalogue;
+mod detail;
+mod token;
+
+pub use token::TokenError;

@@ -56,8 +56,8 @@ pub(crate) fn add_key_lifetime<E>(
     }
 }
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1): never stored or replayed.
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// Hop-by-hop headers (RFC 9110 §7.6.1): never stored, replayed or forwarded by a proxy.
+pub const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),

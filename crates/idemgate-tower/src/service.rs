@@ -18,6 +18,7 @@ use crate::limits::Limiter;
 use crate::metrics::Meters;
 use crate::policy::Policy;
 use crate::replay::IDEMPOTENT_TAKEOVER;
+use crate::transaction::TxStore;
 
 /// The idempotency middleware. For each request:
 ///
@@ -65,6 +66,7 @@ pub struct Idempotency<S, St> {
     pub(crate) tasks: TaskTracker,
     pub(crate) limiter: Arc<Limiter>,
     pub(crate) meters: Arc<Meters>,
+    pub(crate) transactional: Option<TxStore>,
 }
 
 impl<S: Clone, St> Clone for Idempotency<S, St> {
@@ -76,6 +78,7 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
             meters: self.meters.clone(),
+            transactional: self.transactional.clone(),
         }
     }
 }
@@ -156,6 +159,7 @@ where
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
             meters: self.meters.clone(),
+            transactional: self.transactional.clone(),
         };
         ResponseFuture::covered(Box::pin(handle(inner, ctx, req)))
     }

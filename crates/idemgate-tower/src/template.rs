@@ -148,7 +148,7 @@ pub(crate) fn insert_error(e: matchit::InsertError, method: &http::Method, path:
 /// Parses a method name. Methods are case-sensitive (RFC 9110 §9.1), so `post` is not
 /// `POST`: a lower-case spelling of a standard method is refused, since it would silently
 /// cover nothing.
-pub(crate) fn parse_method(name: &str) -> Result<Method, String> {
+pub fn parse_method(name: &str) -> Result<Method, String> {
     let upper = name.to_ascii_uppercase();
     let standard = [
         "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",

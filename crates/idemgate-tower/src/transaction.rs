@@ -11,6 +11,7 @@ use idemgate_postgres::PostgresStore;
 use sqlx::PgConnection;
 
 use crate::glue::{is_streaming, storable};
+use crate::layer::IdempotencyLayer;
 use crate::lease::LeaseHandle;
 use crate::policy::StatusAction;
 use crate::replay::headers_to_store;
@@ -20,8 +21,9 @@ use crate::replay::headers_to_store;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CompleteError {
-    /// The layer's store is not a [`PostgresStore`].
-    #[error("the idempotency layer's store is not PostgreSQL")]
+    /// The layer's store is not a [`PostgresStore`], or the layer was built without
+    /// [`IdempotencyLayer::with_transactions`].
+    #[error("the idempotency layer's store is not PostgreSQL (or its layer was built without `with_transactions`)")]
     NotPostgres,
     /// The record was already completed through this lease.
     #[error("the record was already completed")]
@@ -46,6 +48,20 @@ impl IntoResponse for CompleteError {
     fn into_response(self) -> Response {
         tracing::warn!(error = %self, "completing the idempotency record in the transaction failed");
         IntoResponse::into_response(crate::IdempotencyRejection::Internal)
+    }
+}
+
+/// The store a lease completes through inside the handler's transaction.
+pub(crate) type TxStore = std::sync::Arc<PostgresStore>;
+
+impl IdempotencyLayer<PostgresStore> {
+    /// This layer with completion inside the handler's transaction enabled: each lease
+    /// carries the store, so [`LeaseHandle::complete_in`] can complete the record through
+    /// it. Without it `complete_in` answers [`CompleteError::NotPostgres`].
+    #[must_use]
+    pub fn with_transactions(mut self) -> Self {
+        self.transactional = Some(self.lifecycle().store().clone());
+        self
     }
 }
 
@@ -79,9 +95,7 @@ impl LeaseHandle {
         if self.is_completed() {
             return Err(CompleteError::AlreadyCompleted);
         }
-        let store = self
-            .store::<PostgresStore>()
-            .ok_or(CompleteError::NotPostgres)?;
+        let store = self.transactional().ok_or(CompleteError::NotPostgres)?;
         let route = self.route();
         let (parts, body) = response.into_response().into_parts();
         if route.action_for(parts.status, &parts.headers) != StatusAction::Store {

@@ -28,11 +28,13 @@ fn gzip(members: &[&[u8]]) -> Vec<u8> {
 }
 
 fn policy() -> Policy {
-    Policy::default().with_default_route(RoutePolicy {
-        principal: PrincipalSource::Header(http::HeaderName::from_static("x-user")),
-        max_body_bytes: 256 << 10,
-        ..RoutePolicy::default()
-    })
+    Policy::default().with_default_route(
+        RoutePolicy::default()
+            .with_principal(PrincipalSource::Header(http::HeaderName::from_static(
+                "x-user",
+            )))
+            .with_max_body_bytes(256 << 10),
+    )
 }
 
 fn request(encoding: Option<&str>, body: Vec<u8>) -> Request<BoxBody> {

@@ -21,11 +21,9 @@ fn request(key: Option<&str>) -> Request<BoxBody> {
 
 #[tokio::test]
 async fn fresh_and_replayed_keyed_responses_carry_the_record_ttl() {
-    let route = RoutePolicy {
-        record_ttl: Duration::from_secs(3600),
-        record_ttl_header: true,
-        ..Default::default()
-    };
+    let route = RoutePolicy::default()
+        .with_record_ttl(Duration::from_secs(3600))
+        .with_record_ttl_header(true);
     let policy = Policy::default()
         .with_route("POST /payments", route)
         .unwrap();

@@ -16,11 +16,13 @@ use tower::{service_fn, Layer, ServiceExt};
 const KEY: &str = "key-lapsed-0001";
 
 fn policy(lease_expired: LeaseExpiredPolicy) -> Policy {
-    Policy::default().with_default_route(RoutePolicy {
-        principal: PrincipalSource::Header(http::HeaderName::from_static("x-user")),
-        lease_expired,
-        ..RoutePolicy::default()
-    })
+    Policy::default().with_default_route(
+        RoutePolicy::default()
+            .with_principal(PrincipalSource::Header(http::HeaderName::from_static(
+                "x-user",
+            )))
+            .with_lease_expired(lease_expired),
+    )
 }
 
 fn request() -> Request<BoxBody> {

@@ -112,10 +112,9 @@ async fn a_record_of_an_unknown_fingerprint_version_is_not_replayed() {
     };
     store.complete(&lease, &stored).await.unwrap();
 
-    let policy = Policy::default().with_default_route(RoutePolicy {
-        principal: PrincipalSource::Header(http::HeaderName::from_static("x-user")),
-        ..RoutePolicy::default()
-    });
+    let policy = Policy::default().with_default_route(RoutePolicy::default().with_principal(
+        PrincipalSource::Header(http::HeaderName::from_static("x-user")),
+    ));
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = IdempotencyLayer::new(store.clone(), policy)
         .layer(failing(calls.clone(), || "unused".into()));

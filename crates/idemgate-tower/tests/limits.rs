@@ -26,13 +26,7 @@ fn request(key: &str, who: &str) -> Request<BoxBody> {
 
 fn policy(limits: PrincipalLimits) -> Policy {
     Policy::default()
-        .with_route(
-            "POST /payments",
-            RoutePolicy {
-                limits,
-                ..RoutePolicy::default()
-            },
-        )
+        .with_route("POST /payments", RoutePolicy::default().with_limits(limits))
         .unwrap()
 }
 

@@ -117,10 +117,7 @@ async fn with_forward_path_normalised_spellings_replay() {
 
 #[tokio::test]
 async fn refused_spellings_are_never_forwarded_with_or_without_a_key() {
-    let h = Harness::new(charges(RoutePolicy {
-        key_required: true,
-        ..RoutePolicy::default()
-    }));
+    let h = Harness::new(charges(RoutePolicy::default().with_key_required(true)));
     for spelling in [
         "//charges",
         "/./charges",
@@ -151,10 +148,9 @@ async fn refused_spellings_are_never_forwarded_with_or_without_a_key() {
 
 #[tokio::test]
 async fn trailing_slash_same_is_the_route() {
-    let h = Harness::new(charges(RoutePolicy {
-        trailing_slash: TrailingSlash::Same,
-        ..RoutePolicy::default()
-    }));
+    let h = Harness::new(charges(
+        RoutePolicy::default().with_trailing_slash(TrailingSlash::Same),
+    ));
     let first = h.send(post("/charges/", Some("key-slash-1"))).await;
     assert_eq!(first.status(), 201);
     let other = h.send(post("/charges", Some("key-slash-1"))).await;
@@ -179,10 +175,10 @@ async fn unmatched_refuse_answers_404_unforwarded() {
 
 #[tokio::test]
 async fn repeated_body_and_fingerprint_headers_are_ambiguous() {
-    let h = Harness::new(charges(RoutePolicy {
-        fingerprint_headers: vec![http::HeaderName::from_static("x-account")],
-        ..RoutePolicy::default()
-    }));
+    let h = Harness::new(charges(
+        RoutePolicy::default()
+            .with_fingerprint_headers(vec![http::HeaderName::from_static("x-account")]),
+    ));
     let cases = [
         ("content-type", "text/plain"),
         ("content-encoding", "identity"),
@@ -214,10 +210,7 @@ async fn repeated_body_and_fingerprint_headers_are_ambiguous() {
 /// requires a key and on an unmatched path; an empty list lets such requests through.
 #[tokio::test]
 async fn path_and_method_override_headers_are_ambiguous_unless_turned_off() {
-    let key_required = RoutePolicy {
-        key_required: true,
-        ..RoutePolicy::default()
-    };
+    let key_required = RoutePolicy::default().with_key_required(true);
     let h = Harness::new(charges(key_required.clone()));
     let overrides = [
         ("/x/charges", "SCRIPT_NAME", "/x"),
@@ -277,11 +270,9 @@ async fn escapes_of_characters_allowed_raw_share_the_scope_of_the_raw_spelling()
 
 #[tokio::test]
 async fn a_covered_method_in_another_case_sibling_templates_and_long_paths_are_refused() {
-    let same = RoutePolicy {
-        trailing_slash: TrailingSlash::Same,
-        case_insensitive: true,
-        ..RoutePolicy::default()
-    };
+    let same = RoutePolicy::default()
+        .with_trailing_slash(TrailingSlash::Same)
+        .with_case_insensitive(true);
     let policy = Policy::default()
         .with_route("POST /api/pay", same)
         .unwrap()

@@ -15,10 +15,7 @@ use tower::{service_fn, Layer, ServiceExt};
 const SECRET: &[u8] = b"an-hs256-test-secret-of-32-bytes!!";
 
 fn policy(principal: PrincipalSource) -> Policy {
-    Policy::default().with_default_route(RoutePolicy {
-        principal,
-        ..Default::default()
-    })
+    Policy::default().with_default_route(RoutePolicy::default().with_principal(principal))
 }
 
 /// The layer on a fresh memory store around a handler counting its calls.

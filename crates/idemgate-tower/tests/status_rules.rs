@@ -108,10 +108,7 @@ async fn a_route_that_names_401_keeps_its_rule() {
     let calls = Arc::new(AtomicUsize::new(0));
     let mut store_statuses = RoutePolicy::default().store_statuses;
     store_statuses.push(StatusPattern::Exact(401));
-    let route = RoutePolicy {
-        store_statuses,
-        ..Default::default()
-    };
+    let route = RoutePolicy::default().with_store_statuses(store_statuses);
     let policy = Policy::default()
         .with_route("POST /payments", route)
         .unwrap();

@@ -71,14 +71,11 @@ async fn completion_in_the_transaction_keeps_what_the_layer_keeps() {
         .unwrap();
     store.migrate().await.unwrap();
     let store = Arc::new(store);
-    let route = RoutePolicy {
-        max_stored_response_bytes: 1024,
-        ..Default::default()
-    };
+    let route = RoutePolicy::default().with_max_stored_response_bytes(1024);
     let policy = Policy::default().with_route("POST /pay", route).unwrap();
     let app = Router::new()
         .route("/pay", post(handler))
-        .route_layer(IdempotencyLayer::from_arc(store.clone(), policy))
+        .route_layer(IdempotencyLayer::from_arc(store.clone(), policy).with_transactions())
         .with_state(store.clone());
 
     let first = app

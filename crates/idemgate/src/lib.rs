@@ -65,6 +65,11 @@
 //! | `sqlite` | yes | [`SqliteStore`]: one file, no server |
 //! | `postgres` | no | `PostgresStore`, and completion inside the handler's transaction |
 //! | `redis` | no | `RedisStore`, standalone or cluster |
+//! | `client` | no | `idemgate://` key services in [`AnyStore::from_url`] |
+//! | `jwt` | yes | `PrincipalSource::Jwt`: the principal from a verified bearer token |
+//! | `limits` | yes | per-principal limits enforced (without it they are not) |
+//! | `metrics` | yes | the layer's counters and histograms (the `metrics` facade) |
+//! | `openapi` | no | `openapi::Contract`: the contract as OpenAPI |
 //!
 //! [`MemoryStore`] (tests, one process) is always there.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -81,6 +86,12 @@ pub use idemgate_tower::{
     JwtVerifier, LeaseHandle, NotSent, Policy, Principal, PrincipalSource, ResponseFuture,
     RoutePolicy, StatusPattern, IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER,
 };
+
+#[cfg(feature = "openapi")]
+pub use idemgate_tower::openapi;
+
+mod any;
+pub use any::{AnyStore, AnyStoreError, AnyUrl};
 
 #[cfg(feature = "sqlite")]
 pub use idemgate_sqlite::{SqliteOptions, SqliteStore, SqliteStoreError};

@@ -75,16 +75,14 @@ async fn main() -> anyhow::Result<()> {
 
     let policy = Policy::default().with_route(
         "POST /payments",
-        RoutePolicy {
-            key_required: true,
-            lease_ttl: Duration::from_millis(lease_ms),
+        RoutePolicy::default()
+            .with_key_required(true)
+            .with_lease_ttl(Duration::from_millis(lease_ms))
             // The key completes in the payment's own transaction: a lapsed lease means the
             // transaction never committed, so running again is safe.
-            lease_expired: LeaseExpiredPolicy::Takeover,
-            ..RoutePolicy::default()
-        },
+            .with_lease_expired(LeaseExpiredPolicy::Takeover),
     )?;
-    let idempotency = IdempotencyLayer::from_arc(store.clone(), policy);
+    let idempotency = IdempotencyLayer::from_arc(store.clone(), policy).with_transactions();
     let app = Router::new()
         .route("/payments", post(create_payment))
         .route_layer(idempotency.clone())

@@ -48,9 +48,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::DecisionPolicy;
 use crate::integrity::check_storable;
 use crate::lifecycle::hash_key;
+use crate::lifecycle::RoutePlan;
 use crate::record::{IdempotencyRecord, LeaseToken, RecordState, StoredResponse, UnixMillis};
 use crate::store::{IdempotencyStore, StoreError};
 
@@ -198,7 +198,7 @@ pub fn check_resolvable(record: &IdempotencyRecord, now: UnixMillis) -> Result<(
         RecordState::Completed => Err(NotResolvable::Completed),
         RecordState::Failed => Ok(()),
         RecordState::InProgress => {
-            let max_lease = DecisionPolicy::default().max_lease.as_millis() as i64;
+            let max_lease = RoutePlan::default().max_lease.as_millis() as i64;
             let until = record
                 .lease_expires_at
                 .unwrap_or_else(|| record.created_at.saturating_add(max_lease));

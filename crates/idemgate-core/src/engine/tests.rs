@@ -3,6 +3,7 @@ use bytes::Bytes;
 use super::*;
 use crate::fingerprint::CURRENT_VERSION;
 use crate::key::IdempotencyKey;
+use crate::lifecycle::RoutePlan;
 use crate::record::{LeaseToken, ScopedKey, StoredResponse};
 
 fn fp(n: u8) -> Fingerprint {
@@ -48,7 +49,7 @@ type Row = (
     Option<IdempotencyRecord>,
     u8,
     i64,
-    DecisionPolicy,
+    RoutePlan,
     Decision,
 );
 
@@ -57,16 +58,16 @@ type Row = (
 fn decision_table() {
     use Decision::*;
     use RecordState::*;
-    let dflt = DecisionPolicy::default();
-    let fail_policy = DecisionPolicy {
+    let dflt = RoutePlan::default();
+    let fail_policy = RoutePlan {
         lease_expired: LeaseExpiredPolicy::Fail,
         ..dflt
     };
-    let takeover = DecisionPolicy {
+    let takeover = RoutePlan {
         lease_expired: LeaseExpiredPolicy::Takeover,
         ..dflt
     };
-    let retry_failed = DecisionPolicy {
+    let retry_failed = RoutePlan {
         retry_failed: true,
         ..dflt
     };

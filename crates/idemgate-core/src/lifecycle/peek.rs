@@ -131,7 +131,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             Err(e) => return Peek::Acquire(Acquire(Ahead::Failed(e))),
         };
         let fp = fingerprint_as(&record, fingerprint, &refingerprint).await;
-        let decision = decide(Some(&record), &fp, now, &plan.decision);
+        let decision = decide(Some(&record), &fp, now, plan);
         match settled(key, record, decision) {
             Some(answer) => Peek::Answer(answer),
             None => Peek::Acquire(Acquire(Ahead::NotRead)),

@@ -24,10 +24,7 @@ fn engine() -> (Lifecycle<Faulty>, Arc<Faulty>) {
 
 fn plan(lease_expired: LeaseExpiredPolicy) -> RoutePlan {
     RoutePlan {
-        decision: DecisionPolicy {
-            lease_expired,
-            ..DecisionPolicy::default()
-        },
+        lease_expired,
         ..RoutePlan::default()
     }
 }
@@ -387,10 +384,7 @@ async fn a_failed_record_runs_again_only_when_the_route_allows_it() {
     e.finish(&h, Outcome::Fail).await;
     assert!(matches!(answer(&e, &k, &p).await, Answer::PreviousFailed));
     let retry = RoutePlan {
-        decision: DecisionPolicy {
-            retry_failed: true,
-            ..DecisionPolicy::default()
-        },
+        retry_failed: true,
         ..p
     };
     let again = run(&e, &k, &retry).await;
@@ -399,4 +393,23 @@ async fn a_failed_record_runs_again_only_when_the_route_allows_it() {
         s.inner.get(&k).await.unwrap().unwrap().state,
         RecordState::InProgress
     );
+}
+
+#[test]
+fn plans_and_engine_settings_read_from_their_configuration_spelling() {
+    let plan: RoutePlan =
+        serde_json::from_str(r#"{"lease_ttl": "2s", "lease_expired": "takeover"}"#).unwrap();
+    assert_eq!(
+        plan,
+        RoutePlan {
+            lease_ttl: Duration::from_secs(2),
+            lease_expired: LeaseExpiredPolicy::Takeover,
+            ..RoutePlan::default()
+        }
+    );
+    let err = serde_json::from_str::<RoutePlan>(r#"{"lease_expired": "retry"}"#).unwrap_err();
+    assert!(err.to_string().contains("`retry`"), "{err}");
+    let engine: LifecycleConfig = serde_json::from_str(r#"{"store_timeout": "500ms"}"#).unwrap();
+    assert_eq!(engine.store_timeout, Duration::from_millis(500));
+    assert!(serde_json::from_str::<LifecycleConfig>(r#"{"store_timout": "1s"}"#).is_err());
 }

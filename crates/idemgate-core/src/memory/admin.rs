@@ -1,6 +1,6 @@
 //! [`AdminStore`] for [`MemoryStore`]: a scan of the map (it holds one process's records).
 
-use crate::admin::{same_record, AdminStats, AdminStore, KeyFilter, Listing};
+use crate::admin::{same_record, AdminStore, KeyFilter, Listing};
 use crate::integrity::RawRecord;
 use crate::store::Result;
 
@@ -30,16 +30,5 @@ impl AdminStore for MemoryStore {
             }
             _ => Ok(false),
         }
-    }
-
-    async fn admin_stats(&self) -> Result<AdminStats> {
-        let mut stats = AdminStats {
-            now: self.now(),
-            ..AdminStats::default()
-        };
-        for raw in self.map().values() {
-            stats.add(raw);
-        }
-        Ok(stats)
     }
 }

@@ -8,25 +8,22 @@ use http::Method;
 use idemgate_tower::Policy;
 
 use crate::cli::StoreArgs;
-use crate::config::{Config, Validated};
+use crate::config::{AdminView, Config};
 
 /// The gateways' configuration: the `--config` file, or the built-in defaults without one
-/// (`None` path). An operator's file may name only the store: the upstream plays no part
-/// in admin commands, so a missing one is filled in for validation.
+/// (`None` path). Only what admin commands read is checked ([`Config::admin_view`]): an
+/// operator's file may name only the store.
 ///
 /// # Errors
 /// An unreadable or invalid file, every problem listed.
-pub(crate) fn load(store: &StoreArgs) -> anyhow::Result<Validated> {
-    let mut config = match &store.config {
+pub(crate) fn load(store: &StoreArgs) -> anyhow::Result<AdminView> {
+    let config = match &store.config {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
-    if config.upstream.trim().is_empty() {
-        config.upstream = "http://127.0.0.1:1".into();
-    }
     config
-        .validate()
-        .map_err(|errs| anyhow::anyhow!("invalid configuration:\n  {}", errs.join("\n  ")))
+        .admin_view()
+        .map_err(|errs| crate::cli::invalid(&errs))
 }
 
 /// A note for an operator whose `--route` is not one of the templates in `file`: with the

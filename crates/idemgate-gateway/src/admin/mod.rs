@@ -18,7 +18,9 @@ use std::io::{BufRead, IsTerminal, Write};
 use anyhow::{bail, Context};
 use clap::Args;
 use idemgate_core::admin::{AdminStore, KeyFilter, Listing, Operator};
-use idemgate_core::{now_millis, IdempotencyKey, IdempotencyStore, RawRecord, RecordState};
+use idemgate_core::{
+    now_millis, GaugedStore, IdempotencyKey, IdempotencyStore, RawRecord, RecordState,
+};
 use idemgate_tower::PrincipalSource;
 
 use self::audit::Entry;
@@ -26,7 +28,6 @@ use self::window::Limits;
 use crate::cli::StoreArgs;
 use crate::store::{AnyStore, StoreUrl};
 
-mod any;
 mod audit;
 mod gateway;
 mod output;
@@ -58,7 +59,7 @@ pub struct Selector {
     /// claim with `jwt:CLAIM` (pass `"Bearer <token>"`); a `header:` source needs --principal.
     #[arg(long)]
     pub authorization: Option<String>,
-    /// Print JSON instead of a table (fields: README, "Operations").
+    /// Print JSON instead of a table (fields: docs/operations.md, "JSON output").
     #[arg(long)]
     pub json: bool,
     /// Include the stored response bodies (UTF-8, invalid bytes replaced).
@@ -150,7 +151,7 @@ impl Selector {
             PrincipalSource::AuthorizationHash | PrincipalSource::AuthorizationHmac(_) => {
                 "the value is blank".to_owned()
             }
-            PrincipalSource::Jwt { claim, .. } => format!("the route's principal is `jwt:{claim}`: pass \"Bearer <token>\"; an expired token cannot be checked: pass --principal jwt:{claim}:<hash>, see the README"),
+            PrincipalSource::Jwt { claim, .. } => format!("the route's principal is `jwt:{claim}`: pass \"Bearer <token>\"; an expired token cannot be checked: pass --principal jwt:{claim}:<hash>, see docs/configuration.md"),
             PrincipalSource::Header(name) => format!("the route's principal is the `{name}` header; pass --principal hdr:<value>"),
             _ => "the route's principal does not come from `Authorization`; pass --principal".to_owned(),
         };
@@ -162,16 +163,20 @@ impl Selector {
     }
 }
 
+/// Why `memory://` cannot be inspected from outside.
+const MEMORY: &str = "memory:// keeps its records inside one running gateway: \
+     inspect, release, resolve and stats need the gateway's persistent store (sqlite://, postgres://, redis://)";
+
 /// Opens the store the flags name, for operator work: no migration, no new SQLite file,
 /// and never `memory://`.
 async fn open(args: &StoreArgs) -> anyhow::Result<AnyStore> {
     let (url, mut opts) = args.resolve()?;
     if url == StoreUrl::Memory {
-        bail!("store: {}", any::MEMORY);
+        bail!("store: {MEMORY}");
     }
     opts.migrate = false;
     opts.create = false;
-    AnyStore::open(&url, &opts).await
+    crate::store::open(&url, &opts).await
 }
 
 pub(super) async fn find(select: &Selector) -> anyhow::Result<(AnyStore, Listing)> {
@@ -387,10 +392,7 @@ pub(super) fn confirm(prompt: &str, what: &str) -> anyhow::Result<()> {
 /// A store that cannot be opened or read.
 pub async fn stats(args: StatsArgs) -> anyhow::Result<()> {
     let store = open(&args.store).await?;
-    let stats = store
-        .admin_stats()
-        .await
-        .context("cannot count the records")?;
+    let stats = store.gauges().await.context("cannot count the records")?;
     let view = StatsView::new(&stats, store.backend());
     output::print_stats(&mut std::io::stdout().lock(), &view, args.json)
 }

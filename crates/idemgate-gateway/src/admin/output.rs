@@ -1,11 +1,11 @@
 //! What `inspect`, `release` and `stats` print: a table, or JSON with stable field names
-//! (README, "Operations"). Times are ms since the epoch in JSON, RFC 3339 in tables.
+//! (docs/operations.md, "JSON output"). Times are ms since the epoch in JSON, RFC 3339 in tables.
 
 use std::io::Write;
 use std::time::{Duration, UNIX_EPOCH};
 
-use idemgate_core::admin::{AdminStats, Listing};
-use idemgate_core::{RawRecord, RecordState, UnixMillis};
+use idemgate_core::admin::Listing;
+use idemgate_core::{RawRecord, RecordState, StoreCount, UnixMillis};
 use serde::Serialize;
 
 use super::audit::ResolvedView;
@@ -262,12 +262,16 @@ pub struct StatsView {
     pub by_state: StateCounts,
     /// Live `in_progress` records whose lease lapsed (their holder died).
     pub stuck_in_progress: u64,
-    /// Stored response bodies, in bytes.
-    pub body_bytes: u64,
+    /// Stored response bodies, in bytes; `None` where an estimate does not sum them.
+    pub body_bytes: Option<u64>,
     /// `created_at` of the oldest record, ms since the epoch.
     pub oldest_created_at: Option<UnixMillis>,
-    /// Expired records not yet purged (`idemgate purge` removes them).
+    /// Expired records not yet purged (`idemgate purge` removes them; always 0 on a store
+    /// that expires records itself, like Redis).
     pub expired: u64,
+    /// True when the counts are estimates (a large table or database: see
+    /// [`StoreCount::approximate`]).
+    pub approximate: bool,
 }
 
 /// Records per state.
@@ -285,11 +289,11 @@ pub struct StateCounts {
 
 impl StatsView {
     /// The view of `s` for `backend`.
-    pub fn new(s: &AdminStats, backend: &'static str) -> Self {
+    pub fn new(s: &StoreCount, backend: &'static str) -> Self {
         Self {
             backend,
             now: s.now,
-            records: s.records,
+            records: s.records(),
             by_state: StateCounts {
                 in_progress: s.in_progress,
                 completed: s.completed,
@@ -299,7 +303,8 @@ impl StatsView {
             stuck_in_progress: s.stuck_in_progress,
             body_bytes: s.body_bytes,
             oldest_created_at: s.oldest_created_at,
-            expired: s.expired,
+            expired: s.expired.unwrap_or(0),
+            approximate: s.approximate,
         }
     }
 }
@@ -322,12 +327,18 @@ pub fn print_stats(out: &mut impl Write, view: &StatsView, json: bool) -> anyhow
         ("completed", s.completed.to_string()),
         ("failed", s.failed.to_string()),
         ("unknown state", s.unknown.to_string()),
-        ("body bytes", view.body_bytes.to_string()),
+        (
+            "body bytes",
+            view.body_bytes.map_or("-".into(), |b| b.to_string()),
+        ),
         ("oldest record", time(view.oldest_created_at)),
         ("expired, not purged", view.expired.to_string()),
     ];
     for (name, value) in lines {
         writeln!(out, "{name:<24}{value}")?;
+    }
+    if view.approximate {
+        writeln!(out, "{:<24}estimated (a large store)", "counts")?;
     }
     Ok(())
 }

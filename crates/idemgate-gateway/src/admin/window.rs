@@ -16,18 +16,19 @@
 //! ([`Listing::now`]): the database's on PostgreSQL, the server's on Redis, this host's on
 //! SQLite (whose gateways run on the same host). The API's own limit (its worker timeout,
 //! its database statement timeout) may be longer than `upstream_timeout`; the gateways
-//! cannot know it, so the README tells operators to wait past it too.
+//! cannot know it, so docs/operations.md tells operators to wait past it too.
 
 use std::time::Duration;
 
 use anyhow::bail;
 use idemgate_core::admin::Listing;
+use idemgate_core::record::duration_ms as millis;
 use idemgate_core::{RawRecord, RecordState, UnixMillis};
 use idemgate_tower::Policy;
 
 use super::audit::time;
 use super::output::RecordView;
-use crate::config::Validated;
+use crate::config::AdminView;
 
 /// Added to `upstream_timeout`: the forwarded request's way to the API and its start there.
 pub(crate) const MARGIN: Duration = Duration::from_secs(5);
@@ -57,7 +58,7 @@ pub(crate) enum Running {
 
 impl Limits {
     /// The limits of `config`; `from_file` says whether it came from `--config`.
-    pub(crate) fn new(config: &Validated, from_file: bool) -> Self {
+    pub(crate) fn new(config: &AdminView, from_file: bool) -> Self {
         Self {
             upstream_timeout: config.upstream_timeout,
             policy: config.policy.clone(),
@@ -174,10 +175,6 @@ impl Limits {
             self.source(),
         )
     }
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

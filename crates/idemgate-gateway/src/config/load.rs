@@ -5,7 +5,9 @@
 
 use serde::de::DeserializeOwned;
 
-use super::{Config, JwtConfig, RouteConfig};
+use idemgate_tower::policy::{KeyProblem, RouteEntry};
+
+use super::{Config, JwtConfig};
 
 impl Config {
     /// Parses TOML text, keeping going past bad keys: returns the configuration with every
@@ -20,7 +22,7 @@ impl Config {
         sift::<Config>(&mut table, "", &mut errs, |key, value, errs| {
             match (key, value) {
                 ("defaults", toml::Value::Table(t)) => {
-                    sift::<RouteConfig>(t, "defaults.", errs, |_, _, _| false);
+                    sift_route(t, "defaults.", errs);
                     true
                 }
                 ("jwt", toml::Value::Table(t)) => {
@@ -60,7 +62,7 @@ impl Config {
                     for (i, item) in items.iter_mut().enumerate() {
                         if let toml::Value::Table(t) = item {
                             let at = format!("routes[{i}].");
-                            sift::<RouteConfig>(t, &at, errs, |_, _, _| false);
+                            sift_route(t, &at, errs);
                         }
                     }
                     true
@@ -102,6 +104,19 @@ fn sift<T: DeserializeOwned>(
             format!("`{at}{key}`: unknown key")
         } else {
             format!("`{at}{key}`: {}", e.message().trim())
+        });
+        table.remove(&key);
+    }
+}
+
+/// Reports and removes the keys of a route table that are unknown or of the wrong type;
+/// bad values are left for [`Config::validate`], which names them.
+fn sift_route(table: &mut toml::Table, at: &str, errs: &mut Vec<String>) {
+    for (key, problem) in RouteEntry::key_problems(table) {
+        errs.push(match problem {
+            KeyProblem::Unknown => format!("`{at}{key}`: unknown key"),
+            KeyProblem::Type(m) => format!("`{at}{key}`: {m}"),
+            _ => continue,
         });
         table.remove(&key);
     }

@@ -101,21 +101,7 @@ pub(super) fn override_headers(
     names
 }
 
-/// Parses a method name. Methods are case-sensitive (RFC 9110 §9.1), so `post` is not
-/// `POST`: a lower-case spelling of a standard method is refused, since it would silently
-/// cover nothing (the rule `Policy::with_route` applies to route templates).
-pub(super) fn parse_method(name: &str) -> Result<http::Method, String> {
-    let upper = name.to_ascii_uppercase();
-    let standard = [
-        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
-    ];
-    if name != upper && standard.contains(&upper.as_str()) {
-        return Err(format!(
-            "`{name}` is not a standard method; methods are case-sensitive (did you mean {upper}?)"
-        ));
-    }
-    http::Method::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not an HTTP method"))
-}
+pub(super) use idemgate_tower::parse_method;
 
 /// The key of `principal_hash_key_file`, if set: the file's bytes without trailing
 /// whitespace.
@@ -132,16 +118,4 @@ pub(super) fn principal_hash_key(
         .map(std::sync::Arc::new)
         .map_err(|e| errs.push(format!("{field}: {e}")))
         .ok()
-}
-
-/// `rp` with its `Authorization` hash keyed by `key`, when there is one.
-pub(super) fn keyed_principal(
-    mut rp: idemgate_tower::RoutePolicy,
-    key: Option<&std::sync::Arc<idemgate_tower::PrincipalHashKey>>,
-) -> idemgate_tower::RoutePolicy {
-    use idemgate_tower::PrincipalSource;
-    if let (Some(key), PrincipalSource::AuthorizationHash) = (key, &rp.principal) {
-        rp.principal = PrincipalSource::AuthorizationHmac(key.clone());
-    }
-    rp
 }

@@ -1,15 +1,51 @@
-//! The store's and the engine's settings of a [`Config`]: opening options, the
-//! `idemgate://` token, the lifecycle's deadlines and bounds.
+//! The store and engine sections of a [`Config`]: the store URL, opening options and the
+//! `idemgate://` token; the lifecycle's deadlines and bounds, the purge and the gauges.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use idemgate_core::LifecycleConfig;
 
 use super::parse::duration;
 use super::Config;
-use crate::store::OpenOptions;
+use crate::store::{OpenOptions, StoreUrl};
+
+/// The engine section's values; an invalid one is `None` (and reported).
+pub(super) struct Engine {
+    pub(super) lifecycle: LifecycleConfig,
+    pub(super) purge_interval: Option<Duration>,
+    pub(super) purge_batch: Option<NonZeroU32>,
+    /// `None` when disabled (`"0s"`) or invalid.
+    pub(super) gauges_interval: Option<Duration>,
+}
 
 impl Config {
+    /// The store section: `store` (parsed by its store crate) and `store_token_file`.
+    pub(super) fn store_section(&self, errs: &mut Vec<String>) -> Option<StoreUrl> {
+        self.check_store_token_file(errs);
+        StoreUrl::parse(&self.store)
+            .map_err(|e| errs.push(format!("store: {e}")))
+            .ok()
+    }
+
+    /// The engine section: the lifecycle's bounds, the purge and the gauges.
+    pub(super) fn engine_section(&self, errs: &mut Vec<String>) -> Engine {
+        let lifecycle = self.lifecycle(errs);
+        let purge_interval = duration("purge_interval", &self.purge_interval, errs);
+        let purge_batch = NonZeroU32::new(self.purge_batch);
+        if purge_batch.is_none() {
+            errs.push("purge_batch: must be at least 1".into());
+        }
+        let gauges_interval =
+            duration("gauges_interval", &self.gauges_interval, errs).filter(|d| !d.is_zero());
+        Engine {
+            lifecycle,
+            purge_interval,
+            purge_batch,
+            gauges_interval,
+        }
+    }
+
     /// The store's opening options.
     pub fn open_options(&self) -> OpenOptions {
         OpenOptions {
@@ -27,7 +63,7 @@ impl Config {
 
     /// Reports a `store_token_file` that cannot be read or is empty (unless
     /// `IDEMGATE_STORE_TOKEN` overrides it).
-    pub(super) fn check_store_token_file(&self, errs: &mut Vec<String>) {
+    fn check_store_token_file(&self, errs: &mut Vec<String>) {
         let path = self.store_token_file.trim();
         if path.is_empty() || std::env::var_os("IDEMGATE_STORE_TOKEN").is_some() {
             return;
@@ -56,7 +92,7 @@ impl Config {
     }
 
     /// The engine-wide settings: store deadline and pending-outcome bounds.
-    pub(super) fn lifecycle(&self, errs: &mut Vec<String>) -> LifecycleConfig {
+    fn lifecycle(&self, errs: &mut Vec<String>) -> LifecycleConfig {
         let d = LifecycleConfig::default();
         let store_timeout = duration("store_timeout", &self.store_timeout, errs);
         if store_timeout.is_some_and(|t| t < Duration::from_millis(10)) {

@@ -1,10 +1,13 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::*;
+use crate::store::StoreUrl;
 use http::StatusCode;
 use idemgate_core::LeaseExpiredPolicy;
 use idemgate_tower::PrincipalSource;
 
+mod compat;
 mod principals;
 
 fn parse(text: &str) -> Config {

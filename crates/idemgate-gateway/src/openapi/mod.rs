@@ -146,18 +146,18 @@ pub fn command(args: OpenapiArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The validated policy of a configuration file (its `upstream` may be left out).
+/// The validated policy of a configuration file: its routes section only.
 fn policy(file: Option<&Path>) -> anyhow::Result<idemgate_tower::Policy> {
-    let (mut config, file_errs) = match file {
+    let (config, mut errs) = match file {
         Some(path) => Config::load(path)?,
         None => (Config::default(), Vec::new()),
     };
-    if config.upstream.is_empty() {
-        config.upstream = "http://upstream.invalid".into();
+    let policy = config.routes_section(&mut errs);
+    if !errs.is_empty() {
+        return Err(crate::cli::invalid(&errs)).with_context(|| match file {
+            Some(p) => format!("{}", p.display()),
+            None => "the default configuration".into(),
+        });
     }
-    let validated = crate::cli::validated_with(config, file_errs).with_context(|| match file {
-        Some(p) => format!("{}", p.display()),
-        None => "the default configuration".into(),
-    })?;
-    Ok(validated.policy)
+    Ok(policy)
 }

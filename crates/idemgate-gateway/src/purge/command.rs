@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::{progress, watch, PurgeOptions};
 use crate::cli::StoreArgs;
-use crate::store::{AnyStore, StoreUrl};
+use crate::store::StoreUrl;
 
 /// Flags of `purge`.
 #[derive(Debug, Args)]
@@ -101,7 +101,7 @@ pub async fn command(args: PurgeArgs) -> anyhow::Result<()> {
     if let Some(p) = &args.key_prefix {
         open.key_prefix = Some(p.clone());
     }
-    let store = AnyStore::open(&url, &open).await?;
+    let store = crate::store::open(&url, &open).await?;
     if args.watch {
         watch(
             &store,

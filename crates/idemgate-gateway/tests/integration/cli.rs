@@ -86,3 +86,68 @@ fn purge_refuses_a_store_file_that_does_not_exist() {
     assert!(text.contains("does not exist"), "{text}");
     assert!(!path.exists(), "no database was created");
 }
+
+/// A file for the commands that do not forward: a store and routes, no `upstream`.
+fn file_without_upstream(dir: &std::path::Path) -> (std::path::PathBuf, String) {
+    let store = format!("sqlite://{}", dir.join("s.db").display());
+    let file = dir.join("no-upstream.toml");
+    let text = format!(
+        "store = \"{store}\"\npurge_interval = \"0s\"\n[[routes]]\nroute = \"POST /payments\"\n"
+    );
+    std::fs::write(&file, text).unwrap();
+    (file, store)
+}
+
+#[test]
+fn openapi_and_admin_commands_need_no_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, store) = file_without_upstream(dir.path());
+    let file = file.to_str().unwrap();
+    let (code, text) = idemgate(&["openapi", "--config", file]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("/payments"), "{text}");
+    let (code, text) = idemgate(&["migrate", "--store", &store]);
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = idemgate(&["stats", "--config", file]);
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = idemgate(&["inspect", "--config", file, "--key", "k-12345678"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("upstream"), "{text}");
+    // `config check` reports the missing upstream as a note, not an error.
+    let (code, text) = idemgate(&["config", "check", file]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("`upstream` is not set"), "{text}");
+}
+
+#[test]
+fn key_service_starts_from_a_file_without_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = file_without_upstream(dir.path());
+    let listen = crate::support::key_service::free_addr();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args([
+            "key-service",
+            "--admin-listen",
+            "",
+            "--listen",
+            &listen,
+            "--config",
+        ])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Up to 20 s for the listener.
+    let mut up = false;
+    for _ in 0..400 {
+        up = std::net::TcpStream::connect(&listen).is_ok();
+        if up || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(up, "{}", String::from_utf8_lossy(&out.stderr));
+}

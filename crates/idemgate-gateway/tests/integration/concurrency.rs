@@ -57,7 +57,7 @@ async fn a_client_that_disconnects_gets_the_replay_on_retry() {
 async fn an_upstream_slower_than_the_lease_is_never_run_twice() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.lease_ttl = Some("300ms".into())
+        c.defaults.set("lease_ttl", "300ms")
     })
     .await;
     let k = key();

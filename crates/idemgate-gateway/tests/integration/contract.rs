@@ -46,11 +46,10 @@ async fn no_key_on_an_optional_route_passes_through_unrecorded() {
 async fn no_key_on_a_required_route_is_400() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.routes.push(idemgate_gateway::config::RouteConfig {
-            route: Some("POST /payments".into()),
-            key_required: Some(true),
-            ..Default::default()
-        })
+        c.routes.push(
+            idemgate_gateway::config::RouteTable::route("POST /payments")
+                .with("key_required", true),
+        )
     })
     .await;
     let resp = post(&gw.base, "/payments", None, "{}")
@@ -115,7 +114,7 @@ async fn no_principal_is_401_unless_anonymous_is_allowed() {
     assert_eq!(up.count(), 0);
 
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.allow_anonymous = Some(true)
+        c.defaults.set("allow_anonymous", true)
     })
     .await;
     let k = key();
@@ -205,7 +204,7 @@ async fn different_fingerprint_is_422_and_leaves_the_record() {
     assert_eq!(up.count(), 1);
 
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.mismatch_status = Some(400)
+        c.defaults.set("mismatch_status", 400)
     })
     .await;
     post(&gw.base, "/payments", Some(&k), r#"{"amount":10}"#)
@@ -305,8 +304,8 @@ async fn expired_key_is_treated_as_new() {
     let gw = gateway(&up.base, "memory://", |c| {
         // Long enough for the first request and its replay on a loaded machine, also when
         // the records live in a key service (two more hops each).
-        c.defaults.record_ttl = Some("2s".into());
-        c.defaults.lease_ttl = Some("100ms".into());
+        c.defaults.set("record_ttl", "2s");
+        c.defaults.set("lease_ttl", "100ms");
     })
     .await;
     let k = key();
@@ -333,7 +332,7 @@ async fn expired_key_is_treated_as_new() {
 async fn body_over_the_limit_is_413() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.max_body_bytes = Some(1024)
+        c.defaults.set("max_body_bytes", 1024)
     })
     .await;
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(2000));

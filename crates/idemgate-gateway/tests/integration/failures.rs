@@ -11,11 +11,9 @@ async fn unreachable_store_is_503_and_nothing_is_forwarded() {
     let path = dir.path().join("idemgate.db");
     let store = format!("sqlite://{}", path.display());
     let gw = gateway(&up.base, &store, |c| {
-        c.routes.push(idemgate_gateway::config::RouteConfig {
-            route: Some("POST /likes".into()),
-            fail_open: Some(true),
-            ..Default::default()
-        })
+        c.routes.push(
+            idemgate_gateway::config::RouteTable::route("POST /likes").with("fail_open", true),
+        )
     })
     .await;
     // Warm up: the schema exists and the store answers.

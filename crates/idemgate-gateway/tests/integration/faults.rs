@@ -54,7 +54,7 @@ async fn store_gone_longer_than_the_lease(backend: Backend) {
     let up = upstream().await;
     let gw = gateway(&up.base, &store.url, |c| {
         store.configure(c);
-        c.defaults.lease_ttl = Some("1s".into());
+        c.defaults.set("lease_ttl", "1s");
     })
     .await;
     let k = key();

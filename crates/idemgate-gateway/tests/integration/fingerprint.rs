@@ -145,7 +145,7 @@ async fn inflation_bombs_get_413_and_other_callers_do_not_wait_for_them() {
     const BOMBS: usize = 16;
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.max_decoded_body_bytes = Some(16 << 20);
+        c.defaults.set("max_decoded_body_bytes", 16 << 20);
     })
     .await;
     // ~16 KiB on the wire, 32 MiB decoded: decoding stops at 16 MiB

@@ -1,7 +1,7 @@
 //! `record_ttl_header`: `Idempotency-Key-Lifetime` (the record TTL in seconds) on fresh and
 //! replayed keyed responses, nowhere else, and never unless the route asks for it.
 
-use idemgate_gateway::config::RouteConfig;
+use idemgate_gateway::config::RouteTable;
 
 use crate::support::{gateway, key, post, upstream};
 
@@ -11,12 +11,11 @@ const LIFETIME: &str = "idempotency-key-lifetime";
 async fn fresh_and_replayed_responses_state_the_record_ttl() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.routes.push(RouteConfig {
-            route: Some("POST /payments".into()),
-            record_ttl: Some("90m".into()),
-            record_ttl_header: Some(true),
-            ..Default::default()
-        });
+        c.routes.push(
+            RouteTable::route("POST /payments")
+                .with("record_ttl", "90m")
+                .with("record_ttl_header", true),
+        );
     })
     .await;
     let k = key();
@@ -66,8 +65,8 @@ async fn fresh_and_replayed_responses_state_the_record_ttl() {
 async fn defaults_turn_it_on_for_every_covered_request() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.record_ttl_header = Some(true);
-        c.defaults.record_ttl = Some("2h".into());
+        c.defaults.set("record_ttl_header", true);
+        c.defaults.set("record_ttl", "2h");
     })
     .await;
     let resp = post(&gw.base, "/x", Some(&key()), "{}")

@@ -91,6 +91,15 @@ fn readme_section() -> String {
     rest[..end].to_owned()
 }
 
+/// `docs/key-service.md`, the key service's page.
+fn key_service_page() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/key-service.md"
+    ))
+    .unwrap()
+}
+
 /// The first fenced block of `lang` in `text`.
 fn block(text: &str, lang: &str) -> String {
     let open = format!("```{lang}\n");
@@ -104,6 +113,11 @@ fn block(text: &str, lang: &str) -> String {
 
 #[test]
 fn readme_configuration_is_valid() {
+    // The README shows the same configuration as the key service's page.
+    assert_eq!(
+        block(&readme_section(), "sh"),
+        block(&key_service_page(), "sh")
+    );
     let sh = block(&readme_section(), "sh");
     let toml = sh
         .split("<<TOML\n")
@@ -125,7 +139,7 @@ async fn readme_python_example_runs_the_operation_once() {
     let Some(python) = python() else { return };
     let ks = spawn(None, None).await;
     let script = ks.dir.path().join("readme_example.py");
-    std::fs::write(&script, block(&readme_section(), "python")).unwrap();
+    std::fs::write(&script, block(&key_service_page(), "python")).unwrap();
     let base = ks.base();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(python)

@@ -68,10 +68,9 @@ async fn start(backend: Backend) -> (String, KeyServiceGuard) {
     let text = config_text(&store, &addr, &format!("{extra}\npurge_interval = \"0s\""));
     let config = Config::from_toml(&text).unwrap();
     let config = idemgate_gateway::key_service::resolve(config, &mut Vec::new()).unwrap();
-    let store =
-        idemgate_gateway::store::AnyStore::open(&config.base.store, &config.base.store_options)
-            .await
-            .unwrap();
+    let store = idemgate_gateway::store::open(&config.base.store, &config.base.store_options)
+        .await
+        .unwrap();
     let (tx, rx) = oneshot::channel::<()>();
     tokio::spawn(idemgate_gateway::key_service::run(
         config,

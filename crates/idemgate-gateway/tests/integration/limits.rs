@@ -2,7 +2,7 @@
 //! while other callers go on; replays do not use up the rate; limits off change nothing.
 
 use futures_util::future::join_all;
-use idemgate_gateway::config::RouteConfig;
+use idemgate_gateway::config::RouteTable;
 
 use crate::support::*;
 
@@ -20,13 +20,12 @@ fn post_as(base: &str, path: &str, who: &str, key: &str) -> reqwest::RequestBuil
 /// 100 s.
 async fn limited_gateway(up: &Upstream, burst: u32) -> Gateway {
     gateway(&up.base, "memory://", |c| {
-        c.routes.push(RouteConfig {
-            route: Some("POST /limited".into()),
-            new_keys_per_second_per_principal: Some(0.01),
-            new_keys_burst_per_principal: Some(burst),
-            max_in_flight_per_principal: Some(100),
-            ..RouteConfig::default()
-        })
+        c.routes.push(
+            RouteTable::route("POST /limited")
+                .with("new_keys_per_second_per_principal", 0.01)
+                .with("new_keys_burst_per_principal", burst)
+                .with("max_in_flight_per_principal", 100),
+        )
     })
     .await
 }

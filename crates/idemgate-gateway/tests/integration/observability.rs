@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::time::Duration;
 
-use idemgate_gateway::config::RouteConfig;
+use idemgate_gateway::config::RouteTable;
 
 use crate::support::*;
 
@@ -32,10 +32,7 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 async fn metrics_move_with_traffic_and_are_described() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.routes.push(RouteConfig {
-            route: Some(ROUTE.into()),
-            ..RouteConfig::default()
-        })
+        c.routes.push(RouteTable::route(ROUTE))
     })
     .await;
     let (k1, slow, failing) = (key(), key(), key());

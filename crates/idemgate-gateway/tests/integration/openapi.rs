@@ -6,8 +6,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemgate_demo::payments::Ledger;
 use idemgate_gateway::config::Config;
-use idemgate_gateway::payments::Ledger;
 use serde_json::Value;
 
 use crate::support::{data, gateway, output_within, python, run_idemgate, text, Gateway};
@@ -18,7 +18,7 @@ fn config() -> String {
 
 /// The example payments API behind a gateway configured by `tests/data/openapi/gateway.toml`.
 pub(crate) async fn payments_gateway() -> (Gateway, Arc<Ledger>) {
-    let (api, ledger) = idemgate_gateway::payments::spawn().await.unwrap();
+    let (api, ledger) = idemgate_demo::payments::spawn().await.unwrap();
     let file = Config::from_file(&data("openapi/gateway.toml")).unwrap();
     let gw = gateway(&api, "memory://", move |c| {
         *c = Config {

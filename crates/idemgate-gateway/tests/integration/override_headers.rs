@@ -4,18 +4,14 @@
 //! carrying one is refused with `400 ambiguous-request` and never forwarded, keyed or not;
 //! `override_headers = []` forwards them.
 
-use idemgate_gateway::config::{Config, RouteConfig};
+use idemgate_gateway::config::{Config, RouteTable};
 
 use crate::support::*;
 
 /// A gateway in front of `up` whose only route is `POST /charges`, requiring a key.
 async fn charges_gateway(up: &Upstream, edit: impl FnOnce(&mut Config)) -> Gateway {
     gateway(&up.base, "memory://", |c| {
-        c.routes = vec![RouteConfig {
-            route: Some("POST /charges".into()),
-            key_required: Some(true),
-            ..RouteConfig::default()
-        }];
+        c.routes = vec![RouteTable::route("POST /charges").with("key_required", true)];
         edit(c);
     })
     .await

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idemgate_gateway::config::{Config, RouteConfig};
+use idemgate_gateway::config::{Config, RouteTable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::*;
@@ -88,14 +88,11 @@ async fn post_raw(gw: &Gateway, path: &str, key: Option<&str>, extra: &str) -> A
 /// A gateway in front of `up` whose only route is `POST /charges` with `route`'s settings.
 async fn charges_gateway(
     up: &Upstream,
-    route: RouteConfig,
+    route: RouteTable,
     edit: impl FnOnce(&mut Config),
 ) -> Gateway {
     gateway(&up.base, "memory://", |c| {
-        c.routes = vec![RouteConfig {
-            route: Some("POST /charges".into()),
-            ..route
-        }];
+        c.routes = vec![route.with("route", "POST /charges")];
         edit(c);
     })
     .await
@@ -104,7 +101,7 @@ async fn charges_gateway(
 #[tokio::test]
 async fn spellings_reach_one_scope_or_are_refused_and_never_forwarded() {
     let up = upstream().await;
-    let gw = charges_gateway(&up, RouteConfig::default(), |_| {}).await;
+    let gw = charges_gateway(&up, RouteTable::default(), |_| {}).await;
     let k = key();
     assert_eq!(post_raw(&gw, "/charges", Some(&k), "").await.status, 201);
     // One scope: the fingerprint holds the path as forwarded (as sent), so a mismatch.
@@ -139,11 +136,9 @@ async fn spellings_reach_one_scope_or_are_refused_and_never_forwarded() {
 #[tokio::test]
 async fn key_required_cannot_be_escaped_by_a_spelling() {
     let up = upstream().await;
-    let route = RouteConfig {
-        key_required: Some(true),
-        case_insensitive: Some(true),
-        ..RouteConfig::default()
-    };
+    let route = RouteTable::default()
+        .with("key_required", true)
+        .with("case_insensitive", true);
     let gw = charges_gateway(&up, route, |_| {}).await;
     for spelling in ["/charges", "/%63harges", "/Charges", "/CH%41RGES"] {
         let a = post_raw(&gw, spelling, None, "").await;
@@ -177,7 +172,7 @@ async fn key_required_cannot_be_escaped_by_a_spelling() {
 #[tokio::test]
 async fn unmatched_refuse_answers_404_and_forwards_nothing() {
     let up = upstream().await;
-    let gw = charges_gateway(&up, RouteConfig::default(), |c| {
+    let gw = charges_gateway(&up, RouteTable::default(), |c| {
         c.unmatched = "refuse".into()
     })
     .await;
@@ -202,10 +197,7 @@ async fn unmatched_refuse_answers_404_and_forwards_nothing() {
 #[tokio::test]
 async fn repeated_content_type_encoding_or_fingerprint_header_is_refused_unforwarded() {
     let up = upstream().await;
-    let route = RouteConfig {
-        fingerprint_headers: Some(vec!["x-account".into()]),
-        ..RouteConfig::default()
-    };
+    let route = RouteTable::default().with("fingerprint_headers", vec!["x-account"]);
     let gw = charges_gateway(&up, route, |_| {}).await;
     for extra in [
         "content-type: text/plain\r\n",
@@ -228,7 +220,7 @@ async fn repeated_content_type_encoding_or_fingerprint_header_is_refused_unforwa
 #[tokio::test]
 async fn differing_content_lengths_get_a_problem_body_and_are_not_forwarded() {
     let up = upstream().await;
-    let gw = charges_gateway(&up, RouteConfig::default(), |_| {}).await;
+    let gw = charges_gateway(&up, RouteTable::default(), |_| {}).await;
     let head = format!(
         "POST /charges HTTP/1.1\r\nauthorization: Bearer alice\r\nidempotency-key: {}\r\ncontent-length: 2\r\ncontent-length: 4\r\n",
         key()

@@ -104,7 +104,7 @@ async fn database_down_is_503_and_recovers_without_a_restart() {
     let t = table();
     let gw = gateway(&up.base, &relayed, |c| {
         c.store_table = t.clone();
-        c.defaults.lease_ttl = Some("1s".into());
+        c.defaults.set("lease_ttl", "1s");
     })
     .await;
     assert_eq!(

@@ -48,7 +48,7 @@ fn signed(alg: Algorithm, kid: &str, pem: &str, claims: &Value) -> String {
 
 async fn jwt_gateway(up: &Upstream) -> Gateway {
     gateway(&up.base, "memory://", |c| {
-        c.defaults.principal = Some("jwt:sub".into());
+        c.defaults.set("principal", "jwt:sub");
         c.jwt = Some(JwtConfig {
             hs256_secret_file: Some(data("hs256.secret")),
             jwks_file: Some(data("jwks.json")),
@@ -75,7 +75,7 @@ async fn send(gw: &Gateway, k: &str, token: &str) -> reqwest::Response {
 async fn a_repeated_or_listed_principal_header_is_400_and_nothing_is_forwarded() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.principal = Some("header:x-user-id".into())
+        c.defaults.set("principal", "header:x-user-id")
     })
     .await;
     let k = key();
@@ -244,7 +244,7 @@ async fn inspect_finds_a_jwt_callers_records_by_their_token() {
     )
     .unwrap();
     let gw = gateway(&up.base, &store, |c| {
-        c.defaults.principal = Some("jwt:sub".into());
+        c.defaults.set("principal", "jwt:sub");
         c.jwt = Some(JwtConfig {
             hs256_secret_file: Some(data("hs256.secret")),
             jwks_file: None,

@@ -80,7 +80,7 @@ impl Target {
             store_ca_file: None,
             store_timeout: Duration::from_secs(2),
         };
-        AnyStore::open(&StoreUrl::parse(&self.url()).unwrap(), &opts)
+        idemgate_gateway::store::open(&StoreUrl::parse(&self.url()).unwrap(), &opts)
             .await
             .unwrap()
     }

@@ -64,7 +64,7 @@ async fn streaming_response_is_delivered_whole_and_not_kept() {
 async fn response_over_the_cap_is_delivered_whole_and_not_kept() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.max_stored_response_bytes = Some(1000)
+        c.defaults.set("max_stored_response_bytes", 1000)
     })
     .await;
     let k = key();
@@ -124,7 +124,7 @@ async fn completed_record_is_replayed_after_a_restart() {
 async fn set_cookie_is_never_replayed_whatever_the_deny_list() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.defaults.replay_deny_headers = Some(vec!["x-upstream".into()])
+        c.defaults.set("replay_deny_headers", vec!["x-upstream"])
     })
     .await;
     let k = key();

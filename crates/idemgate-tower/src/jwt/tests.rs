@@ -87,7 +87,7 @@ fn the_issuer_is_part_of_the_principal() {
         v.principal(&t, "sub").unwrap()
     };
     assert_ne!(p("x\0y", "z"), p("x", "y\0z"));
-    // The README's recipe for finding a caller's records.
+    // The recipe of docs/configuration.md for finding a caller's records.
     assert_eq!(
         p("https://auth.example.com", "user_123"),
         "jwt:sub:f39865bdfc715038dd2c82b96894da8c"

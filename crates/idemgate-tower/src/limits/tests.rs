@@ -1,5 +1,7 @@
 //! The bucket, in-flight accounting and the table's bound, on tokio's paused clock.
 
+use std::num::NonZeroU32;
+
 use idemgate_core::StoreError;
 use tokio::time::advance;
 

@@ -1,6 +1,7 @@
 //! The pieces of the contract: the key parameter, the problem responses, the response
 //! headers and the `x-idempotency` extension of one route, and the shared components.
 
+use idemgate_core::problem;
 use serde_json::{json, Value};
 
 use crate::policy::{Policy, RoutePolicy};
@@ -100,71 +101,68 @@ pub(super) fn problems(
     contract: &Contract<'_>,
     route: &RoutePolicy,
 ) -> Vec<(u16, Vec<&'static str>)> {
-    let mut by_status: Vec<(u16, Vec<&'static str>)> = Vec::new();
-    let mut add = |status: u16, anchor: &'static str| match by_status
-        .iter_mut()
-        .find(|(s, _)| *s == status)
-    {
-        Some((_, list)) => list.push(anchor),
-        None => by_status.push((status, vec![anchor])),
-    };
+    let mut kinds = vec![];
     if route.key_required {
-        add(400, "missing-key");
+        kinds.push(problem::MISSING_KEY);
     }
-    add(400, "invalid-key");
+    kinds.push(problem::INVALID_KEY);
     if !matches!(
         route.principal,
         PrincipalSource::AuthorizationHash | PrincipalSource::AuthorizationHmac(_)
     ) {
-        add(400, "ambiguous-principal");
+        kinds.push(problem::AMBIGUOUS_PRINCIPAL);
     }
-    add(400, "body-unreadable");
+    kinds.push(problem::BODY_UNREADABLE);
     if !route.allow_anonymous {
-        add(401, "missing-principal");
+        kinds.push(problem::MISSING_PRINCIPAL);
     }
     if matches!(route.principal, PrincipalSource::Jwt { .. }) {
-        add(401, "invalid-token");
+        kinds.push(problem::INVALID_TOKEN);
     }
-    add(409, "request-in-flight");
-    add(410, "response-not-kept");
-    add(413, "body-too-large");
-    add(route.mismatch_status.as_u16(), "fingerprint-mismatch");
-    if route.limits.max_in_flight.is_some() || route.limits.new_keys.is_some() {
-        add(429, "principal-limited");
+    kinds.extend([
+        problem::REQUEST_IN_FLIGHT,
+        problem::RESPONSE_NOT_KEPT,
+        problem::BODY_TOO_LARGE,
+    ]);
+    if !route.limits.is_off() {
+        kinds.push(problem::PRINCIPAL_LIMITED);
     }
-    for anchor in [
-        "previous-attempt-failed",
-        "outcome-unknown",
-        "record-corrupt",
-        "internal",
-    ] {
-        add(500, anchor);
-    }
-    add(502, "upstream-response-failed");
+    kinds.extend([
+        problem::PREVIOUS_ATTEMPT_FAILED,
+        problem::OUTCOME_UNKNOWN,
+        problem::RECORD_CORRUPT,
+        problem::INTERNAL,
+        problem::UPSTREAM_RESPONSE_FAILED,
+    ]);
     if contract.gateway {
-        add(502, "upstream-unreachable");
-        add(502, "upstream-failed");
-        add(504, "upstream-timeout");
+        kinds.extend([
+            problem::UPSTREAM_UNREACHABLE,
+            problem::UPSTREAM_FAILED,
+            problem::UPSTREAM_TIMEOUT,
+        ]);
     }
-    add(503, "store-unavailable");
+    kinds.push(problem::STORE_UNAVAILABLE);
+    // A mismatch answers with the route's status.
+    let mismatch = (
+        route.mismatch_status.as_u16(),
+        problem::FINGERPRINT_MISMATCH.anchor,
+    );
+    let mut by_status: Vec<(u16, Vec<&'static str>)> = Vec::new();
+    for (status, anchor) in kinds.iter().map(|k| (k.status, k.anchor)).chain([mismatch]) {
+        match by_status.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, list)) => list.push(anchor),
+            None => by_status.push((status, vec![anchor])),
+        }
+    }
     by_status.sort_by_key(|(s, _)| *s);
     by_status
-}
-
-/// The `type` URI of `anchor` under `base` (see [`crate::rejection::problem`]).
-pub(super) fn type_uri(base: &str, anchor: &str) -> String {
-    if base.ends_with(':') {
-        format!("{base}{anchor}")
-    } else {
-        format!("{base}#{anchor}")
-    }
 }
 
 /// The problem+json media type of `anchors`, its schema naming their `type` URIs.
 pub(super) fn problem_media(policy: &Policy, anchors: &[&str]) -> Value {
     let types: Vec<String> = anchors
         .iter()
-        .map(|a| type_uri(&policy.problem_type_base, a))
+        .map(|a| problem::type_uri(&policy.problem_type_base, a))
         .collect();
     json!({
         "schema": {

@@ -15,7 +15,7 @@
 //! use idemgate_tower::{Policy, RoutePolicy};
 //!
 //! let policy = Policy::default()
-//!     .with_route("POST /payments", RoutePolicy { key_required: true, ..Default::default() })
+//!     .with_route("POST /payments", RoutePolicy::default().with_key_required(true))
 //!     .unwrap();
 //! let fragment = Contract::new(&policy).fragment();
 //! let op = fragment.get("paths").and_then(|p| p.get("/payments")).and_then(|p| p.get("post"));

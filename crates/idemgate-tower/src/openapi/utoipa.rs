@@ -35,7 +35,7 @@ impl Contract<'_> {
     ///     .paths(PathsBuilder::new().path("/payments", PathItem::new(HttpMethod::Post, op)))
     ///     .build();
     /// let policy = Policy::default()
-    ///     .with_route("POST /payments", RoutePolicy { key_required: true, ..Default::default() })
+    ///     .with_route("POST /payments", RoutePolicy::default().with_key_required(true))
     ///     .unwrap();
     /// let report = Contract::new(&policy).extend_utoipa(&mut api).unwrap();
     /// assert!(report.unmatched_routes.is_empty());

@@ -1,6 +1,7 @@
 //! The settings of route matching: per route [`TrailingSlash`] and [`EncodedSlash`]
 //! (with `RoutePolicy::case_insensitive`), for the whole policy [`ForwardPath`] and
-//! [`Unmatched`]. Each parses from and displays as its configuration spelling.
+//! [`Unmatched`]. Each parses from (`FromStr`, `Deserialize`) and displays as its
+//! configuration spelling.
 
 use std::fmt;
 use std::str::FromStr;
@@ -34,6 +35,12 @@ macro_rules! setting {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
             }
         }
 

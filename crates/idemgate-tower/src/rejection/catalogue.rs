@@ -3,8 +3,8 @@
 use http::StatusCode;
 use idemgate_core::KeyError;
 
+use super::TokenError;
 use super::{IdempotencyRejection, LimitKind};
-use crate::jwt::TokenError;
 use crate::path::PathAmbiguity;
 
 impl IdempotencyRejection {

@@ -14,7 +14,7 @@ const T0: i64 = 1_700_000_000_000;
 fn limits() -> Limits {
     let toml = "upstream = \"http://127.0.0.1:1\"\nupstream_timeout = \"30s\"\n\
                 [[routes]]\nroute = \"POST /payments\"\nmax_lease = \"20s\"\n";
-    let config = Config::from_toml(toml).unwrap().validate().unwrap();
+    let config = Config::from_toml(toml).unwrap().admin_view().unwrap();
     Limits::new(&config, true)
 }
 

@@ -3,7 +3,7 @@
 //! undid `case_insensitive` or `trailing_slash = "same"`, and a path too long to store.
 //! Each gets one execution, or a refusal with nothing forwarded.
 
-use idemgate_gateway::config::RouteConfig;
+use idemgate_gateway::config::RouteTable;
 
 use super::{post_raw, raw};
 use crate::support::*;
@@ -12,10 +12,7 @@ use crate::support::*;
 async fn an_escaped_at_sign_is_the_scope_of_the_raw_one() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
-        c.routes = vec![RouteConfig {
-            route: Some("POST /v1/payments:capture".into()),
-            ..RouteConfig::default()
-        }];
+        c.routes = vec![RouteTable::route("POST /v1/payments:capture")];
     })
     .await;
     for (first, second) in [
@@ -67,11 +64,8 @@ async fn a_covered_method_in_lower_case_is_refused_unforwarded() {
     gw.stop().await;
 }
 
-fn route(template: &str, edit: impl FnOnce(&mut RouteConfig)) -> RouteConfig {
-    let mut r = RouteConfig {
-        route: Some(template.into()),
-        ..RouteConfig::default()
-    };
+fn route(template: &str, edit: impl FnOnce(&mut RouteTable)) -> RouteTable {
+    let mut r = RouteTable::route(template);
     edit(&mut r);
     r
 }
@@ -81,9 +75,9 @@ async fn a_sibling_template_cannot_undo_folding_or_a_trailing_slash() {
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |c| {
         c.routes = vec![
-            route("POST /api/pay", |r| r.case_insensitive = Some(true)),
+            route("POST /api/pay", |r| r.set("case_insensitive", true)),
             route("POST /api/{resource}", |_| {}),
-            route("POST /pay", |r| r.trailing_slash = Some("same".into())),
+            route("POST /pay", |r| r.set("trailing_slash", "same")),
             route("POST /{*rest}", |_| {}),
         ];
     })

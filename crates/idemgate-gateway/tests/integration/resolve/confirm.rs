@@ -49,7 +49,7 @@ async fn changed_before_confirmation_is_kept(backend: Backend) {
 
     let gw = gateway(&up.base, &store.url, |c| {
         store.configure(c);
-        c.defaults.lease_expired = Some("takeover".into());
+        c.defaults.set("lease_expired", "takeover");
     })
     .await;
     let retry = post(&gw.base, PATH, Some(&k), "{}").send().await.unwrap();

@@ -1,0 +1,269 @@
+//! The sections of a [`Config`], each validated by its owner, so that a command checks only
+//! what it uses: the store and the engine (`config/store.rs`), the routes
+//! ([`Config::routes_section`]), the gateway's listeners and upstream (here, `serve` only),
+//! `[key_service]` (its crate), TLS (`config/tls.rs`).
+//!
+//! | command | sections |
+//! |---|---|
+//! | `serve` | all ([`Config::validate`]; `[key_service]` when set) |
+//! | `config check` | all, `upstream` optional ([`Config::check`]) |
+//! | `key-service` | store, engine, listener TLS, routes, `[key_service]` ([`Config::base`]) |
+//! | `inspect`, `release`, `resolve`, `stats` | routes, `upstream_timeout` ([`Config::admin_view`]) |
+//! | `openapi` | routes |
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use idemgate_tower::Policy;
+
+use super::parse::{duration, parse_addr, parse_upstream};
+use super::{Config, ScopeSettings, TlsSettings, MAX_RESPONSE_HEADERS_LIMIT};
+use crate::store::{OpenOptions, StoreUrl};
+
+/// A configuration that passed [`Config::validate`]: the gateway section and the [`Base`]
+/// sections ([`Validated::base`]).
+#[derive(Debug, Clone)]
+pub struct Validated {
+    /// Gateway listener.
+    pub listen: SocketAddr,
+    /// Admin listener, if enabled.
+    pub admin_listen: Option<SocketAddr>,
+    /// Upstream base URL.
+    pub upstream: http::Uri,
+    /// Upstream response-header timeout.
+    pub upstream_timeout: Duration,
+    /// Most header fields in an upstream response.
+    pub max_response_headers: usize,
+    /// Store.
+    pub store: StoreUrl,
+    /// How to open it.
+    pub store_options: OpenOptions,
+    /// In-process purge period; `None` disables.
+    pub purge_interval: Option<Duration>,
+    /// Purge batch size.
+    pub purge_batch: NonZeroU32,
+    /// Store gauge refresh period; `None` disables.
+    pub gauges_interval: Option<Duration>,
+    /// The layer's policy.
+    pub policy: Policy,
+    /// The log hash secret, if configured.
+    pub log_hash_key: Option<String>,
+    /// Listener and upstream TLS.
+    pub tls: TlsSettings,
+    /// What decides requests' scope (a reload compares it with the one applied last).
+    pub scope: ScopeSettings,
+    /// Whether a reload to this configuration may change [`Validated::scope`].
+    pub allow_scope_change_on_reload: bool,
+}
+
+impl Validated {
+    /// The sections shared with the key service.
+    pub fn base(&self) -> Base {
+        Base {
+            store: self.store.clone(),
+            store_options: self.store_options.clone(),
+            purge_interval: self.purge_interval,
+            purge_batch: self.purge_batch,
+            gauges_interval: self.gauges_interval,
+            policy: self.policy.clone(),
+            log_hash_key: self.log_hash_key.clone(),
+            tls: self.tls.clone(),
+            scope: self.scope.clone(),
+            allow_scope_change_on_reload: self.allow_scope_change_on_reload,
+        }
+    }
+}
+
+/// The sections every serving command uses (`serve`, `key-service`): store, engine,
+/// listener TLS and routes.
+#[derive(Debug, Clone)]
+pub struct Base {
+    /// Store.
+    pub store: StoreUrl,
+    /// How to open it.
+    pub store_options: OpenOptions,
+    /// In-process purge period; `None` disables.
+    pub purge_interval: Option<Duration>,
+    /// Purge batch size.
+    pub purge_batch: NonZeroU32,
+    /// Store gauge refresh period; `None` disables.
+    pub gauges_interval: Option<Duration>,
+    /// The layer's policy, with the engine's lifecycle settings.
+    pub policy: Policy,
+    /// The log hash secret, if configured.
+    pub log_hash_key: Option<String>,
+    /// Listener and upstream TLS.
+    pub tls: TlsSettings,
+    /// What decides requests' scope (a reload compares it with the one applied last).
+    pub scope: ScopeSettings,
+    /// Whether a reload to this configuration may change [`Base::scope`].
+    pub allow_scope_change_on_reload: bool,
+}
+
+/// What the admin commands read from the gateways' file: the route policies and the
+/// gateways' `upstream_timeout` (no upstream, listener or store file needed).
+#[derive(Debug, Clone)]
+pub struct AdminView {
+    /// The route policies (principal sources, `max_lease`).
+    pub policy: Policy,
+    /// The gateways' `upstream_timeout`.
+    pub upstream_timeout: Duration,
+}
+
+/// The gateway section's values, each `None` when invalid (and reported).
+struct Gateway {
+    listen: Option<SocketAddr>,
+    admin_listen: Option<SocketAddr>,
+    upstream: Option<http::Uri>,
+    upstream_timeout: Option<Duration>,
+}
+
+impl Config {
+    /// Checks every section `serve` uses, and `[key_service]` when it is set (`serve`
+    /// ignores it, but `config check` reports it): every error at once, each `field:
+    /// problem`.
+    ///
+    /// # Errors
+    /// The list of problems found.
+    pub fn validate(&self) -> Result<Validated, Vec<String>> {
+        let mut errs = Vec::new();
+        let gateway = self.gateway_section(true, &mut errs);
+        let base = self.sections(&gateway, &mut errs);
+        match (gateway, base) {
+            (
+                Gateway {
+                    listen: Some(listen),
+                    admin_listen,
+                    upstream: Some(upstream),
+                    upstream_timeout: Some(upstream_timeout),
+                },
+                Some(base),
+            ) if errs.is_empty() => Ok(Validated {
+                listen,
+                admin_listen,
+                upstream,
+                upstream_timeout,
+                max_response_headers: self.max_response_headers,
+                store: base.store,
+                store_options: base.store_options,
+                purge_interval: base.purge_interval,
+                purge_batch: base.purge_batch,
+                gauges_interval: base.gauges_interval,
+                policy: base.policy,
+                log_hash_key: base.log_hash_key,
+                tls: base.tls,
+                scope: base.scope,
+                allow_scope_change_on_reload: base.allow_scope_change_on_reload,
+            }),
+            _ => Err(errs),
+        }
+    }
+
+    /// `config check`: what [`Config::validate`] reports, but `upstream` may be left out
+    /// (`serve --upstream` gives it).
+    pub fn check(&self) -> Vec<String> {
+        let mut errs = Vec::new();
+        let gateway = self.gateway_section(false, &mut errs);
+        self.sections(&gateway, &mut errs);
+        errs
+    }
+
+    /// The sections a key service uses: store, engine, listener TLS and routes (no
+    /// upstream, no gateway listeners); every problem goes to `errs`.
+    pub fn base(&self, errs: &mut Vec<String>) -> Option<Base> {
+        self.base_section(false, errs)
+    }
+
+    /// What the admin commands read: the routes and `upstream_timeout`.
+    ///
+    /// # Errors
+    /// Every problem found in those.
+    pub fn admin_view(&self) -> Result<AdminView, Vec<String>> {
+        let mut errs = Vec::new();
+        let policy = self.routes_section(&mut errs);
+        let upstream_timeout = duration("upstream_timeout", &self.upstream_timeout, &mut errs);
+        match upstream_timeout {
+            Some(upstream_timeout) if errs.is_empty() => Ok(AdminView {
+                policy,
+                upstream_timeout,
+            }),
+            _ => Err(errs),
+        }
+    }
+
+    /// The [`Base`] and `[key_service]` (when set) of `serve` and `config check`.
+    fn sections(&self, gateway: &Gateway, errs: &mut Vec<String>) -> Option<Base> {
+        let https = gateway
+            .upstream
+            .as_ref()
+            .is_some_and(|u| u.scheme_str() == Some("https"));
+        let base = self.base_section(https, errs);
+        if self.key_service != idemgate_key_service::KeyServiceConfig::default() {
+            errs.extend(self.key_service.validate().err().unwrap_or_default());
+        }
+        base
+    }
+
+    /// The gateway section: listeners, upstream, its timeout and header bound.
+    fn gateway_section(&self, need_upstream: bool, errs: &mut Vec<String>) -> Gateway {
+        let listen = parse_addr("listen", &self.listen, errs);
+        let admin_listen = if self.admin_listen.trim().is_empty() {
+            None
+        } else {
+            parse_addr("admin_listen", &self.admin_listen, errs)
+        };
+        // Port 0 asks the system for a free port, a different one for each listener.
+        if listen.is_some_and(|a| a.port() != 0) && listen == admin_listen {
+            errs.push(format!(
+                "admin_listen: `{}` is also `listen`; give it another port",
+                self.admin_listen
+            ));
+        }
+        let upstream = (need_upstream || !self.upstream.is_empty())
+            .then(|| parse_upstream(&self.upstream, errs))
+            .flatten();
+        let upstream_timeout = duration("upstream_timeout", &self.upstream_timeout, errs);
+        if !(1..=MAX_RESPONSE_HEADERS_LIMIT).contains(&self.max_response_headers) {
+            errs.push(format!(
+                "max_response_headers: must be between 1 and {MAX_RESPONSE_HEADERS_LIMIT}, got {}",
+                self.max_response_headers
+            ));
+        }
+        Gateway {
+            listen,
+            admin_listen,
+            upstream,
+            upstream_timeout,
+        }
+    }
+
+    /// Store, engine, TLS (the upstream's roots when `https_upstream`) and routes.
+    fn base_section(&self, https_upstream: bool, errs: &mut Vec<String>) -> Option<Base> {
+        let before = errs.len();
+        let tls = self.tls(https_upstream, errs);
+        let store = self.store_section(errs);
+        let engine = self.engine_section(errs);
+        let min = idemgate_core::loghash::MIN_SECRET_BYTES;
+        if (1..min).contains(&self.log_hash_key.len()) {
+            errs.push(format!(
+                "log_hash_key: must be at least {min} bytes, or empty"
+            ));
+        }
+        let mut policy = self.routes_section(errs);
+        policy.lifecycle = engine.lifecycle;
+        Some(Base {
+            store: store?,
+            store_options: self.open_options(),
+            purge_interval: Some(engine.purge_interval?).filter(|d| !d.is_zero()),
+            purge_batch: engine.purge_batch?,
+            gauges_interval: engine.gauges_interval,
+            log_hash_key: (!self.log_hash_key.is_empty()).then(|| self.log_hash_key.clone()),
+            tls,
+            scope: ScopeSettings::new(self, &policy),
+            allow_scope_change_on_reload: self.allow_scope_change_on_reload,
+            policy,
+        })
+        .filter(|_| errs.len() == before)
+    }
+}

@@ -1,0 +1,231 @@
+//! One host for `idemgate serve` and `idemgate key-service`, in the shape of pingora's
+//! `Server`: the [`Host`] owns what every service shares (the admin listener with
+//! `/healthz`, `/readyz` and `/metrics`, the shutdown watch, the in-process purge and the
+//! store gauges); a [`Service`] (the gateway's proxy, the key service's API) answers on its
+//! listener until shutdown, then drains.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::serve::ListenerExt;
+use axum::Router;
+use http::StatusCode;
+use idemgate_core::{IdempotencyStore, PurgeHandle};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::Base;
+use crate::linger::{Linger, LingerListener};
+use crate::purge::{PurgeOptions, QuietProgress};
+use crate::store::AnyStore;
+use crate::tls::TlsListener;
+
+mod length_problem;
+
+use length_problem::{LengthProblem, LengthProblemListener};
+
+/// A service a [`Host`] runs on its listener: the gateway's proxy or the key service's API.
+pub trait Service: Send {
+    /// The router answering the service's requests.
+    fn router(&self) -> Router;
+
+    /// Runs once the listener has closed at shutdown and its connections are done (the
+    /// gateway lets operations whose clients left record their outcome). Default: nothing.
+    fn drain(self) -> impl Future<Output = ()> + Send
+    where
+        Self: Sized,
+    {
+        async {}
+    }
+}
+
+/// A router alone: answers until shutdown, nothing to drain.
+impl Service for Router {
+    fn router(&self) -> Router {
+        self.clone()
+    }
+}
+
+/// Binds the service's listener (`listen`: its configuration key and address) and the
+/// admin listener, if enabled.
+///
+/// # Errors
+/// An address that cannot be bound, named with its configuration key.
+pub async fn bind(
+    listen: (&str, SocketAddr),
+    admin: (&str, Option<SocketAddr>),
+) -> anyhow::Result<(TcpListener, Option<TcpListener>)> {
+    async fn one((key, addr): (&str, SocketAddr)) -> anyhow::Result<TcpListener> {
+        let bound = TcpListener::bind(addr).await;
+        bound.with_context(|| format!("{key}: cannot bind {addr}"))
+    }
+    let listener = one(listen).await?;
+    let admin = match admin {
+        (key, Some(addr)) => Some(one((key, addr)).await?),
+        (_, None) => None,
+    };
+    Ok((listener, admin))
+}
+
+/// The shared parts of a serving process, running from [`Host::start`] until
+/// [`Host::run`] returns.
+#[derive(Debug)]
+pub struct Host {
+    /// The listener's TLS, from `tls_cert_file`/`tls_key_file`.
+    tls: Option<Arc<rustls::ServerConfig>>,
+    /// The answer to differing `Content-Length` values.
+    problem: LengthProblem,
+    stop: watch::Receiver<bool>,
+    /// Stops the purge when dropped.
+    purge: Option<PurgeHandle>,
+}
+
+impl Host {
+    /// Installs the metrics recorder, watches `shutdown`, serves the admin endpoints on
+    /// `admin` (if given) and starts the purge (`purge_interval`) and the store gauges
+    /// (`gauges_interval`) on `store`: neither runs on a key-service store, which purges and
+    /// exports its own.
+    pub fn start(
+        config: &Base,
+        store: &Arc<AnyStore>,
+        admin: Option<TcpListener>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        crate::telemetry::prometheus();
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        });
+        let host = Self {
+            tls: config.tls.listener.clone(),
+            problem: LengthProblem::new(&config.policy.problem_type_base),
+            stop,
+            purge: None,
+        };
+        if let Some(admin) = admin {
+            host.serve_admin(admin, store.clone());
+        }
+        let own_store = !matches!(**store, AnyStore::KeyService(_));
+        let purge = config.purge_interval.filter(|_| own_store).map(|every| {
+            let store = store.clone();
+            let opts = PurgeOptions {
+                batch: config.purge_batch,
+                max_rate: None,
+                dry_run: false,
+            };
+            PurgeHandle::spawn_with(move |stop| async move {
+                let quiet = || Box::new(QuietProgress) as Box<dyn crate::purge::Progress>;
+                crate::purge::watch(&*store, opts, every, false, quiet, stop.wait()).await;
+            })
+        });
+        if let Some(every) = config.gauges_interval.filter(|_| own_store) {
+            let (store, stopped) = (store.clone(), host.stopped());
+            tokio::spawn(async move { crate::gauges::refresh(&*store, every, stopped).await });
+        }
+        Self { purge, ..host }
+    }
+
+    /// The shutdown watch: `true` once shutdown began.
+    pub fn stop_watch(&self) -> watch::Receiver<bool> {
+        self.stop.clone()
+    }
+
+    /// Resolves once shutdown began.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.stop.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+
+    fn serve_admin(&self, admin: TcpListener, store: Arc<AnyStore>) {
+        let app = Router::new()
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics_text))
+            .with_state(store);
+        if let Ok(addr) = admin.local_addr() {
+            tracing::info!(admin = %addr, "idemgate admin listening");
+        }
+        let stopped = self.stopped();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(admin, app)
+                .with_graceful_shutdown(stopped)
+                .await
+            {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
+    }
+
+    /// Serves `service` on `listener` (TLS with `tls_cert_file`) until shutdown, then stops
+    /// the purge and runs [`Service::drain`].
+    ///
+    /// Responses go out as soon as they are written (no Nagle delay); connections linger on
+    /// close, so an answer sent before the request body was read (`413`) reaches a client
+    /// still sending it; hyper's bare `400` to differing `Content-Length` values gets a
+    /// problem+json body.
+    ///
+    /// # Errors
+    /// When the listener fails.
+    pub async fn run(self, listener: TcpListener, service: impl Service) -> anyhow::Result<()> {
+        let listener = LingerListener::new(listener, Linger::default()).tap_io(|tcp| {
+            let _ = tcp.get_ref().set_nodelay(true);
+        });
+        let app = service
+            .router()
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let problem = self.problem.clone();
+        // `tap_io` gives the wrapped listeners axum's `ConnectInfo<SocketAddr>`.
+        match &self.tls {
+            Some(tls) => {
+                let tls = TlsListener::new(listener, tls.clone());
+                let listener = LengthProblemListener::new(tls, problem).tap_io(|_| {});
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(self.stopped())
+                    .await?
+            }
+            None => {
+                let listener = LengthProblemListener::new(listener, problem).tap_io(|_| {});
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(self.stopped())
+                    .await?
+            }
+        }
+        drop(self.purge);
+        service.drain().await;
+        Ok(())
+    }
+}
+
+async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {
+    match tokio::time::timeout(Duration::from_secs(2), store.ping()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ready\n".to_owned()),
+        Ok(Err(e)) => {
+            // The whole chain: the store's own error says what is wrong (e.g. which file).
+            let why = crate::store::describe(&e);
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"))
+        }
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store timed out\n".to_owned(),
+        ),
+    }
+}
+
+async fn metrics_text() -> impl IntoResponse {
+    match crate::telemetry::prometheus() {
+        Some(h) => (StatusCode::OK, h.render()),
+        None => (
+            StatusCode::NOT_FOUND,
+            "metrics recorder unavailable\n".into(),
+        ),
+    }
+}

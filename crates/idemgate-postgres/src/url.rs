@@ -1,0 +1,90 @@
+//! `postgres://` store URLs: [`PostgresStore::from_url`] and [`PostgresStore::check_url`].
+
+use std::str::FromStr;
+
+use sqlx::postgres::PgConnectOptions;
+
+use crate::error::{PostgresStoreError, Result};
+use crate::options::PostgresOptions;
+use crate::store::PostgresStore;
+
+/// The URL forms, for messages.
+const URL_FORM: &str = "expected postgres://[user[:password]@]host[:port]/database[?sslmode=...] \
+     (or postgresql://)";
+
+impl PostgresStore {
+    /// Checks a store URL without connecting: the scheme (`postgres://` or
+    /// `postgresql://`) and libpq's syntax (host, port, `sslmode`, ...).
+    ///
+    /// ```
+    /// use idemgate_postgres::{PostgresStore, PostgresStoreError};
+    ///
+    /// PostgresStore::check_url("postgres://app@db:5432/pay?sslmode=require")?;
+    /// let err = PostgresStore::check_url("mysql://app:secret@db/pay").unwrap_err();
+    /// assert!(matches!(err, PostgresStoreError::InvalidUrl { .. }));
+    /// assert!(!err.to_string().contains("secret"));
+    /// # Ok::<(), PostgresStoreError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`PostgresStoreError::InvalidUrl`], naming what is wrong but never repeating the URL
+    /// (it may hold a password).
+    pub fn check_url(url: &str) -> Result<()> {
+        parse(url).map(drop)
+    }
+
+    /// Connects to the database `url` names, with `options` (see
+    /// [`PostgresStore::connect_with`]), after [`PostgresStore::check_url`].
+    ///
+    /// # Errors
+    /// [`PostgresStoreError::InvalidUrl`], or as [`PostgresStore::connect_with`].
+    pub async fn from_url(url: &str, options: &PostgresOptions) -> Result<Self> {
+        parse(url)?;
+        Self::connect_with(url, options).await
+    }
+}
+
+fn parse(url: &str) -> Result<PgConnectOptions> {
+    let invalid = |reason: String| PostgresStoreError::InvalidUrl { reason };
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("postgres" | "postgresql")) {
+        return Err(invalid(URL_FORM.into()));
+    }
+    // sqlx's messages name the part that is wrong, not the password.
+    PgConnectOptions::from_str(url).map_err(|e| invalid(format!("{e}; {URL_FORM}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn good_urls_pass() {
+        for url in [
+            "postgres://app@127.0.0.1:5432/pay",
+            "postgresql://app:secret@db.internal/pay?sslmode=verify-full",
+            "postgres://db/pay?options=-c%20statement_timeout%3D5s",
+        ] {
+            PostgresStore::check_url(url).unwrap();
+        }
+    }
+
+    #[test]
+    fn bad_urls_name_the_problem_without_the_password() {
+        for (url, says) in [
+            ("mysql://app:secret@db/pay", "expected postgres://"),
+            ("db:5432/pay", "expected postgres://"),
+            ("postgres://app:secret@db:port/pay", "port"),
+            ("postgres://app:secret@db/pay?sslmode=sometimes", "sslmode"),
+        ] {
+            let err = PostgresStore::check_url(url).unwrap_err();
+            assert!(
+                matches!(err, PostgresStoreError::InvalidUrl { .. }),
+                "{url}: {err:?}"
+            );
+            let text = err.to_string();
+            assert!(text.contains(says), "{url}: {text}");
+            assert!(!text.contains("secret"), "{url}: {text}");
+        }
+    }
+}
