@@ -20,7 +20,7 @@ lint_checks() {
   # So does the tower crate: none of its optional parts, then each alone.
   cargo check --quiet -p idemgate-tower --no-default-features \
     || { echo "scripts/test: idemgate-tower does not build without features" >&2; failed=1; }
-  for feature in axum postgres jwt limits metrics openapi utoipa toml; do
+  for feature in axum postgres jwt limits metrics openapi toml; do
     cargo check --quiet -p idemgate-tower --no-default-features --features "$feature" \
       || { echo "scripts/test: idemgate-tower does not build with only feature $feature" >&2; failed=1; }
   done
@@ -28,7 +28,7 @@ lint_checks() {
   if cargo tree -p idemgate-tower --no-default-features | grep -E 'jsonwebtoken|utoipa' >&2; then
     echo "scripts/test: idemgate-tower without features depends on the crates above" >&2; failed=1
   fi
-  # Its tests with every feature (the workspace run has the defaults): utoipa, PostgreSQL.
+  # Its tests with every feature (the workspace run has the defaults): axum, PostgreSQL, TOML.
   cargo test --quiet -p idemgate-tower --all-features \
     || { echo "scripts/test: idemgate-tower's tests fail with every feature" >&2; failed=1; }
   RUSTDOCFLAGS="-D rustdoc::broken-intra-doc-links -D rustdoc::private-intra-doc-links" \

@@ -274,7 +274,7 @@ fn base_url(url: &str) -> Result<String, ClientError> {
     let url = url.trim().trim_end_matches('/');
     let (scheme, rest) = url
         .split_once("://")
-        .ok_or_else(|| ClientError::Url(format!("`{url}` has no scheme")))?;
+        .ok_or_else(|| ClientError::Url("the URL has no scheme (idemgate://host:port)".into()))?;
     let scheme = match scheme {
         "idemgate" | "http" => "http",
         "idemgates" | "https" => "https",
@@ -284,10 +284,18 @@ fn base_url(url: &str) -> Result<String, ClientError> {
             )))
         }
     };
-    if rest.is_empty() || rest.starts_with('/') || rest.contains(['?', '#', '@']) {
-        return Err(ClientError::Url(format!(
-            "`{url}` needs host:port, without credentials, query or fragment"
-        )));
+    // The URL is never repeated: it may hold a password.
+    let authority = rest.split('/').next().unwrap_or_default();
+    let port = authority
+        .rsplit_once(':')
+        .map(|(host, port)| (host, port.parse::<u16>()));
+    let has_port = matches!(port, Some((host, Ok(p))) if !host.is_empty() && p > 0);
+    if !has_port || rest.contains(['?', '#', '@']) {
+        return Err(ClientError::Url(
+            "the URL needs host:port (a port from 1 to 65535), without credentials, query or \
+             fragment"
+                .into(),
+        ));
     }
     Ok(format!("{scheme}://{rest}"))
 }
@@ -303,5 +311,22 @@ mod tests {
         assert!(base_url("redis://h:1").is_err());
         assert!(base_url("idemgate://").is_err());
         assert!(base_url("idemgate://tok@h:1").is_err());
+        assert_eq!(
+            base_url("idemgate://[::1]:8081").unwrap(),
+            "http://[::1]:8081"
+        );
+        for bad in [
+            "idemgate://h",
+            "idemgate://h:99999",
+            "idemgate://h:0",
+            "idemgate://:1",
+        ] {
+            assert!(base_url(bad).is_err(), "{bad}");
+        }
+        // A password is never repeated, nor a value without a scheme (a secret pasted).
+        for bad in ["idemgates://u:S3CRET@h", "S3CRET"] {
+            let text = base_url(bad).unwrap_err().to_string();
+            assert!(!text.contains("S3CRET"), "{text}");
+        }
     }
 }

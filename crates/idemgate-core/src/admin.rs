@@ -126,6 +126,11 @@ macro_rules! delegate_admin {
             ) -> ::std::result::Result<$crate::StoreCount, $crate::StoreError> {
                 self.$field.gauges().await
             }
+            async fn count_exact(
+                &self,
+            ) -> ::std::result::Result<$crate::StoreCount, $crate::StoreError> {
+                self.$field.count_exact().await
+            }
             async fn count_expired(
                 &self,
                 limit: ::std::num::NonZeroU32,

@@ -22,7 +22,7 @@ use crate::record::{IdempotencyRecord, RecordState, UnixMillis};
 /// operation may have run: the honest answer is "unknown" (DESIGN.md, contract table).
 ///
 /// Spelled `"unknown"`, `"takeover"` or `"fail"` in configuration.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, serde::Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LeaseExpiredPolicy {
     /// Answer `outcome-unknown` (`500`); the record is kept, and a late outcome written by

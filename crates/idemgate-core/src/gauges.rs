@@ -77,6 +77,9 @@ impl StoreCount {
             metrics::gauge!("idempotency_records", "backend" => backend, "state" => state.as_str())
                 .set(n as f64);
         }
+        // Records whose state no reader understands (corrupt): retries get `record-corrupt`.
+        metrics::gauge!("idempotency_records", "backend" => backend, "state" => "unknown")
+            .set(self.unknown_state as f64);
         let set = |name: &'static str, v: Option<u64>| {
             if let Some(v) = v {
                 metrics::gauge!(name, "backend" => backend).set(v as f64);
@@ -155,6 +158,16 @@ pub trait GaugedStore: IdempotencyStore {
     /// # Errors
     /// A store error, classified as for the store operations.
     fn gauges(&self) -> impl Future<Output = Result<StoreCount>> + Send;
+
+    /// Counts what the store holds exactly, reading every record if it must (`idemgate
+    /// stats`: an operator's question, asked once). By default [`GaugedStore::gauges`]; the
+    /// stores whose gauges estimate past a size override it.
+    ///
+    /// # Errors
+    /// A store error, classified as for the store operations.
+    fn count_exact(&self) -> impl Future<Output = Result<StoreCount>> + Send {
+        self.gauges()
+    }
 
     /// Counts the records a purge would delete now (past their `expires_at`), deleting
     /// nothing; at most `limit` are counted. `None` where the store expires records itself

@@ -67,6 +67,16 @@ impl StatusPattern {
     }
 }
 
+impl std::fmt::Display for StatusPattern {
+    /// As written in a configuration file: `503` or `5xx`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exact(n) => write!(f, "{n}"),
+            Self::Class(c) => write!(f, "{c}xx"),
+        }
+    }
+}
+
 /// What an upstream status does to the record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StatusAction {
@@ -180,6 +190,41 @@ impl StatusRules<'_> {
         }
     }
 
+    /// The entries no answer can reach, as `(list, message)`: a pattern of a later list
+    /// that an earlier list (checked first, see [`StatusRules::action`]) already matches
+    /// in full, e.g. `503` in `fail_statuses` while the default `release_statuses` names
+    /// `503` (the key would be released, and the operation run again). A class in a later
+    /// list that an earlier list covers only in part is the intended shape (the default
+    /// `fail_statuses = ["5xx"]` after `release_statuses = [.., "503"]`) and is kept.
+    pub fn unreachable(&self) -> Vec<(&'static str, String)> {
+        let lists = [
+            ("release_statuses", self.release),
+            ("fail_statuses", self.fail),
+            ("store_statuses", self.store),
+        ];
+        let mut found = Vec::new();
+        for (i, (name, list)) in lists.iter().enumerate() {
+            for pattern in list.iter() {
+                let earlier = lists[..i].iter().find(|(_, before)| {
+                    before.iter().any(|b| match *pattern {
+                        StatusPattern::Exact(code) => b.matches(code),
+                        StatusPattern::Class(_) => b == pattern,
+                    })
+                });
+                if let Some((before, _)) = earlier {
+                    found.push((
+                        *name,
+                        format!(
+                            "`{pattern}` is never reached: {before} (checked first) already \
+                             matches it; remove it from one of the lists"
+                        ),
+                    ));
+                }
+            }
+        }
+        found
+    }
+
     /// True when one of the lists names `status` itself (not only its class).
     fn names_exactly(&self, status: u16) -> bool {
         [self.release, self.fail, self.store]
@@ -192,6 +237,39 @@ impl StatusRules<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_lists_reach_every_entry() {
+        assert!(StatusRules::default().unreachable().is_empty());
+    }
+
+    #[test]
+    fn an_entry_an_earlier_list_matches_is_unreachable() {
+        let p = |v: &[&str]| -> Vec<StatusPattern> {
+            v.iter().map(|s| StatusPattern::parse(s).unwrap()).collect()
+        };
+        // The advice "list 503 in fail_statuses" with the default release list: 503 would
+        // still release the key, so the operation ran again.
+        let (release, fail) = (DEFAULT_RELEASE_STATUSES, p(&["5xx", "503"]));
+        let rules = StatusRules {
+            release: &release,
+            fail: &fail,
+            store: &DEFAULT_STORE_STATUSES,
+        };
+        let found = rules.unreachable();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "fail_statuses");
+        assert!(found[0].1.contains("`503`") && found[0].1.contains("release_statuses"));
+        // A class named again later, and an exact code inside an earlier class.
+        let (release, fail, store) = (p(&["5xx"]), p(&["502"]), p(&["2xx", "5xx"]));
+        let rules = StatusRules {
+            release: &release,
+            fail: &fail,
+            store: &store,
+        };
+        let names: Vec<_> = rules.unreachable().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["fail_statuses", "store_statuses"]);
+    }
 
     #[test]
     fn default_rules_by_status() {

@@ -197,7 +197,7 @@ pub fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
     let (config, mut errs) = Config::load(file)?;
     if config.upstream.is_empty() {
         // The flag may supply it at start-up; the rest is checked.
-        println!("note: `upstream` is not set in the file; `--upstream` must give it");
+        println!("note: `upstream` is not set in the file; `serve` needs it (or `--upstream`), `key-service` and the admin commands do not");
     }
     errs.extend(config.check());
     if !errs.is_empty() {

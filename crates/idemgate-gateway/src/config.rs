@@ -10,10 +10,10 @@ use std::path::Path;
 use http::HeaderName;
 use idemgate_tower::policy::Principals;
 use idemgate_tower::{Policy, PrincipalSource};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The whole file. Every field has the DESIGN.md default.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Address of the gateway listener. Default `127.0.0.1:8080`.
@@ -32,8 +32,9 @@ pub struct Config {
     pub tls_cert_file: String,
     /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `tls_cert_file`. Default empty.
     pub tls_key_file: String,
-    /// Store URL: `sqlite://PATH` (default `sqlite://./idemgate.db`), `postgres://...`,
-    /// `redis://...`, `redis+cluster://...` or `memory://`.
+    /// Store URL: `sqlite://PATH`, `postgres://...`, `redis://...`, `rediss://...`,
+    /// `redis+cluster://h:p,h:p`, `idemgate://host:port` (a key service; `idemgates://` with
+    /// TLS) or `memory://`. Default `sqlite://./idemgate.db`.
     pub store: String,
     /// PostgreSQL table of the records; empty keeps `idempotency_records`. Default empty.
     pub store_table: String,
@@ -59,23 +60,26 @@ pub struct Config {
     pub max_pending_outcome_bytes: usize,
     /// Time allowed for the upstream's response headers. Default `60s`.
     pub upstream_timeout: String,
-    /// Most header fields accepted in an upstream response (HTTP/1.1), 1 to
-    /// [`MAX_RESPONSE_HEADERS_LIMIT`]; a response with more is `502` and its key fails (the
+    /// Most header fields accepted in an upstream response (HTTP/1.1), 1 to 4096
+    /// ([`MAX_RESPONSE_HEADERS_LIMIT`]); a response with more is `502` and its key fails (the
     /// upstream may have run). Default 256.
     pub max_response_headers: usize,
     /// The key header's name. Default `Idempotency-Key`.
     pub header_name: String,
-    /// Methods covered. Default `["POST", "PATCH"]`.
+    /// Methods covered on every path; a `[[routes]]` entry covers its own method too
+    /// (`PUT /payments` covers PUT on that route). Default `["POST", "PATCH"]`.
     pub methods: Vec<String>,
     /// Request headers that make some upstream run another path or method (gunicorn's
     /// `SCRIPT_NAME`, method overrides): a covered request carrying one gets `400
     /// ambiguous-request`. `[]` turns the check off (for a front proxy that strips them).
     /// Default [`idemgate_tower::policy::DEFAULT_OVERRIDE_HEADERS`].
     pub override_headers: Vec<String>,
-    /// A covered request matching no route: `"default"` (the `[defaults]` policy) or
-    /// `"refuse"` (`404 no-such-route`, nothing forwarded). Default `"default"`.
+    /// A covered request matching no route: `"default"` (the `[defaults]` policy, scoped by
+    /// its path) or `"refuse"` (`404 no-such-route`, nothing forwarded; a `[[routes]]`
+    /// entry's method is covered on every path). Default `"default"`.
     pub unmatched: String,
-    /// The path covered requests are forwarded with: `"as-sent"` (default) or `"normalised"`.
+    /// The path covered requests are forwarded with: `"as-sent"` (default) or `"normalised"`
+    /// (the normal form routes are matched in); the fingerprint reads the forwarded path.
     pub forward_path: String,
     /// Shortest key accepted, in characters. Default 8.
     pub key_min_length: usize,
@@ -104,12 +108,15 @@ pub struct Config {
     /// How bearer tokens are verified for `principal = "jwt:CLAIM"`. Default: absent.
     pub jwt: Option<JwtConfig>,
     /// A file holding a secret (at least 32 bytes; trailing whitespace dropped): routes
-    /// with `principal = "authorization"` then scope by an HMAC of the header instead of
-    /// its plain SHA-256, so stored principals cannot be cracked offline. Setting, changing
-    /// or removing it changes every such caller's scope (docs/configuration.md). Default: absent.
+    /// with `principal = "authorization"` then scope by an HMAC-SHA256 of the header under
+    /// it (`hauth:…`) instead of its plain SHA-256 (`auth:…`), so a stored principal of a
+    /// Basic-auth or short API-key header cannot be cracked offline. Setting, changing
+    /// or removing it changes every such caller's scope (docs/configuration.md, "Choosing
+    /// the principal"). Default: absent.
     pub principal_hash_key_file: Option<String>,
     /// Let a `SIGHUP` reload change what (principal, route) requests get ([`ScopeSettings`]),
-    /// although retries of keys in flight then run again. Default false (refused, logged).
+    /// although retries of keys in flight then run again; otherwise such a reload is refused
+    /// and logged. Default false.
     pub allow_scope_change_on_reload: bool,
     /// `idemgate key-service`: its listeners and calling clients (ignored by `serve`).
     pub key_service: idemgate_key_service::KeyServiceConfig,

@@ -121,7 +121,11 @@ pub async fn run(
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let host = Host::start(&config.base, &store, admin, shutdown);
+    // The key service's problem types are always under the default base (its clients read
+    // them); `problem_type_base` is the gateway's.
+    let mut base = config.base.clone();
+    base.policy.problem_type_base = idemgate_core::problem::DEFAULT_BASE.into();
+    let host = Host::start(&base, &store, admin, shutdown);
     crate::telemetry::register_key_service(&config.service, store.backend());
     let lifecycle = Lifecycle::new(store.clone(), config.base.policy.lifecycle.clone());
     let app = idemgate_key_service::router(KeyService::new(lifecycle, &config.service));

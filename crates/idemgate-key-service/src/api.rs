@@ -190,6 +190,14 @@ impl<St: IdempotencyStore> KeyService<St> {
             .unwrap_or(Err(StoreError::Timeout))
     }
 
+    /// [`KeyService::timed`], with a store error as its problem answer.
+    pub(crate) async fn call<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, ApiError> {
+        self.timed(call).await.map_err(store_error)
+    }
+
     /// The lease a retried attempt holds: the record is `in_progress` under this attempt's
     /// token and the same fingerprint. Anything else is someone else's.
     async fn own_lease(
@@ -198,8 +206,7 @@ impl<St: IdempotencyStore> KeyService<St> {
         token: LeaseToken,
         fp: Fingerprint,
     ) -> Result<Option<AcquireResponse>, ApiError> {
-        let store = self.lifecycle.store();
-        let record = self.timed(store.get(key)).await.map_err(store_error)?;
+        let record = self.call(self.lifecycle.store().get(key)).await?;
         Ok(record
             .filter(|r| {
                 r.state == RecordState::InProgress

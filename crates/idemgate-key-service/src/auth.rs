@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use http::request::Parts;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::problem::ApiError;
 
 /// One `[[key_service.clients]]` entry.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClientConfig {
     /// For logs and metrics (1–64 of `A-Z a-z 0-9 _ . -`), unique.

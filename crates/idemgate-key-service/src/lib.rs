@@ -33,7 +33,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use idemgate_core::{IdempotencyStore, Lifecycle};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub mod api;
 pub mod auth;
@@ -50,7 +50,7 @@ pub use auth::{Caller, ClientConfig, Clients};
 use problem::ApiError;
 
 /// The `[key_service]` section of the configuration file.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KeyServiceConfig {
     /// Address of the API listener. Default `127.0.0.1:8081`.

@@ -60,11 +60,7 @@ pub async fn renew<St: IdempotencyStore>(
         MAX_LEASE_TTL_MS,
         RoutePlan::default().lease_ttl,
     )?;
-    let store = s.lifecycle.store();
-    let expires_at = s
-        .timed(store.renew(&lease, ttl))
-        .await
-        .map_err(store_error)?;
+    let expires_at = s.call(s.lifecycle.store().renew(&lease, ttl)).await?;
     Ok(Json(RenewResponse {
         lease: LeaseInfo {
             token: token_hex(lease.token),
@@ -92,15 +88,11 @@ pub async fn complete<St: IdempotencyStore>(
 ) -> Result<Json<OutcomeResponse>, ApiError> {
     let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
     let response = validate::response(&req.response)?;
-    let store = s.lifecycle.store();
-    match s.timed(store.complete(&lease, &response)).await {
-        Ok(()) => Ok(landed("completed", false)),
-        Err(StoreError::LeaseLost) => s
-            .repeated(&lease, RecordState::Completed, Some(&response))
-            .await
-            .map(|()| landed("completed", true)),
-        Err(e) => Err(store_error(e)),
-    }
+    let written = s
+        .timed(s.lifecycle.store().complete(&lease, &response))
+        .await;
+    s.settle(written, &lease, RecordState::Completed, Some(&response))
+        .await
 }
 
 /// `POST /v1/fail`.
@@ -119,15 +111,8 @@ pub async fn fail<St: IdempotencyStore>(
     JsonBody(req): JsonBody<LeaseRequest>,
 ) -> Result<Json<OutcomeResponse>, ApiError> {
     let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
-    let store = s.lifecycle.store();
-    match s.timed(store.fail(&lease)).await {
-        Ok(()) => Ok(landed("failed", false)),
-        Err(StoreError::LeaseLost) => s
-            .repeated(&lease, RecordState::Failed, None)
-            .await
-            .map(|()| landed("failed", true)),
-        Err(e) => Err(store_error(e)),
-    }
+    let written = s.timed(s.lifecycle.store().fail(&lease)).await;
+    s.settle(written, &lease, RecordState::Failed, None).await
 }
 
 /// `POST /v1/release`: the operation did not run; the key may be used again.
@@ -146,32 +131,36 @@ pub async fn release<St: IdempotencyStore>(
     JsonBody(req): JsonBody<LeaseRequest>,
 ) -> Result<Json<OutcomeResponse>, ApiError> {
     let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
-    let store = s.lifecycle.store();
-    s.timed(store.release(&lease)).await.map_err(store_error)?;
+    s.call(s.lifecycle.store().release(&lease)).await?;
     Ok(landed("released", false))
 }
 
 impl<St: IdempotencyStore> KeyService<St> {
-    /// After `lease-lost`: `Ok` when the record already holds this very outcome under this
-    /// lease's fence (the caller's earlier write landed and its answer was lost).
-    async fn repeated(
+    /// The answer to a `complete` (`state` completed, with `response`) or `fail` write:
+    /// landed, or after `lease-lost` landed earlier when the record already holds this very
+    /// outcome under this lease's fence (the caller's earlier write landed and its answer
+    /// was lost).
+    async fn settle(
         &self,
+        written: Result<(), StoreError>,
         lease: &Lease,
         state: RecordState,
         response: Option<&StoredResponse>,
-    ) -> Result<(), ApiError> {
-        let store = self.lifecycle.store();
-        let record = self
-            .timed(store.get(&lease.key))
-            .await
-            .map_err(store_error)?;
+    ) -> Result<Json<OutcomeResponse>, ApiError> {
+        let name = state.as_str();
+        match written {
+            Ok(()) => return Ok(landed(name, false)),
+            Err(StoreError::LeaseLost) => {}
+            Err(e) => return Err(store_error(e)),
+        }
+        let record = self.call(self.lifecycle.store().get(&lease.key)).await?;
         match record {
             Some(r)
                 if r.state == state
                     && r.fence == lease.fence
                     && r.response.as_ref() == response =>
             {
-                Ok(())
+                Ok(landed(name, true))
             }
             _ => Err(store_error(StoreError::LeaseLost)),
         }

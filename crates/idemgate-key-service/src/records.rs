@@ -10,7 +10,6 @@ use idemgate_client::wire::{Problem, RecordView, StoredView};
 use idemgate_core::IdempotencyStore;
 use serde::Deserialize;
 
-use crate::api::store_error;
 use crate::auth::Caller;
 use crate::problem::ApiError;
 use crate::validate;
@@ -64,11 +63,9 @@ pub async fn records<St: IdempotencyStore>(
         ));
     }
     let key = validate::public_key(namespace, &q.scope, &q.principal, &q.key)?;
-    let store = s.lifecycle.store();
     let record = s
-        .timed(store.get(&key))
-        .await
-        .map_err(store_error)?
+        .call(s.lifecycle.store().get(&key))
+        .await?
         .ok_or_else(ApiError::not_found)?;
     let with_body = q.body.unwrap_or(false);
     Ok(Json(RecordView {

@@ -12,7 +12,6 @@ use idemgate_client::store_wire::*;
 use idemgate_client::wire::Problem;
 use idemgate_core::{admin, IdempotencyStore, InsertOutcome, InsertRequest, ScopedKey};
 
-use crate::api::store_error;
 use crate::auth::Caller;
 use crate::problem::{ApiError, JsonBody};
 use crate::validate;
@@ -117,11 +116,7 @@ pub async fn insert_or_get<St: IdempotencyStore>(
         lease_ttl: ttl("lease_ttl_ms", b.lease_ttl_ms, MAX_LEASE_MS)?,
         record_ttl: ttl("record_ttl_ms", b.record_ttl_ms, MAX_RECORD_MS)?,
     };
-    let store = s.lifecycle.store();
-    let found = s
-        .timed(store.insert_or_get(&req))
-        .await
-        .map_err(store_error)?;
+    let found = s.call(s.lifecycle.store().insert_or_get(&req)).await?;
     Ok(Json(match found {
         InsertOutcome::Inserted(l) => InsertAnswer::Inserted {
             lease: StoreLease::from_core(&l, b.key),
@@ -146,11 +141,9 @@ pub async fn take_over<St: IdempotencyStore>(
         .map_err(|e| ApiError::invalid(format!("seen.{}", e.split(':').next().unwrap_or("")), e))?;
     let t = token("token", &b.token)?;
     let lease_ttl = ttl("lease_ttl_ms", b.lease_ttl_ms, MAX_LEASE_MS)?;
-    let store = s.lifecycle.store();
     let lease = s
-        .timed(store.take_over(&seen, t, lease_ttl))
-        .await
-        .map_err(store_error)?;
+        .call(s.lifecycle.store().take_over(&seen, t, lease_ttl))
+        .await?;
     Ok(Json(TakeOverAnswer {
         lease: lease.map(|l| StoreLease::from_core(&l, b.seen.key)),
     }))
@@ -164,11 +157,7 @@ pub async fn renew<St: IdempotencyStore>(
 ) -> Result<Json<RenewAnswer>, ApiError> {
     let l = lease(&caller, &b.lease)?;
     let lease_ttl = ttl("lease_ttl_ms", b.lease_ttl_ms, MAX_LEASE_MS)?;
-    let store = s.lifecycle.store();
-    let expires_at = s
-        .timed(store.renew(&l, lease_ttl))
-        .await
-        .map_err(store_error)?;
+    let expires_at = s.call(s.lifecycle.store().renew(&l, lease_ttl)).await?;
     Ok(Json(RenewAnswer { expires_at }))
 }
 
@@ -188,8 +177,7 @@ pub async fn complete<St: IdempotencyStore>(
         let why = format!("header `{name}` is reserved for the audit entry of `idemgate resolve`");
         return Err(ApiError::invalid("response", why));
     }
-    let store = s.lifecycle.store();
-    s.timed(store.complete(&l, &r)).await.map_err(store_error)?;
+    s.call(s.lifecycle.store().complete(&l, &r)).await?;
     Ok(Json(Done { ok: true }))
 }
 
@@ -200,8 +188,7 @@ pub async fn fail<St: IdempotencyStore>(
     JsonBody(b): JsonBody<LeaseBody>,
 ) -> Result<Json<Done>, ApiError> {
     let l = lease(&caller, &b.lease)?;
-    let store = s.lifecycle.store();
-    s.timed(store.fail(&l)).await.map_err(store_error)?;
+    s.call(s.lifecycle.store().fail(&l)).await?;
     Ok(Json(Done { ok: true }))
 }
 
@@ -212,8 +199,7 @@ pub async fn release<St: IdempotencyStore>(
     JsonBody(b): JsonBody<LeaseBody>,
 ) -> Result<Json<Done>, ApiError> {
     let l = lease(&caller, &b.lease)?;
-    let store = s.lifecycle.store();
-    s.timed(store.release(&l)).await.map_err(store_error)?;
+    s.call(s.lifecycle.store().release(&l)).await?;
     Ok(Json(Done { ok: true }))
 }
 
@@ -224,8 +210,7 @@ pub async fn get<St: IdempotencyStore>(
     JsonBody(b): JsonBody<GetBody>,
 ) -> Result<Json<GetAnswer>, ApiError> {
     let key: ScopedKey = validate::store_key(&caller.namespace, "key", &b.key)?;
-    let store = s.lifecycle.store();
-    let record = s.timed(store.get(&key)).await.map_err(store_error)?;
+    let record = s.call(s.lifecycle.store().get(&key)).await?;
     Ok(Json(GetAnswer {
         record: record.map(|r| StoreRecord::from_core(&r, b.key)),
     }))
@@ -243,11 +228,7 @@ pub async fn purge<St: IdempotencyStore>(
     let batch = NonZeroU32::new(b.batch)
         .filter(|n| n.get() <= 100_000)
         .ok_or_else(|| ApiError::invalid("batch", "must be between 1 and 100000"))?;
-    let store = s.lifecycle.store();
-    let purged = s
-        .timed(store.purge_expired(batch))
-        .await
-        .map_err(store_error)?;
+    let purged = s.call(s.lifecycle.store().purge_expired(batch)).await?;
     Ok(Json(PurgeAnswer { purged }))
 }
 
@@ -262,7 +243,6 @@ pub async fn ping<St: IdempotencyStore>(
     State(s): Shared<St>,
     _caller: Caller,
 ) -> Result<Json<Done>, ApiError> {
-    let store = s.lifecycle.store();
-    s.timed(store.ping()).await.map_err(store_error)?;
+    s.call(s.lifecycle.store().ping()).await?;
     Ok(Json(Done { ok: true }))
 }

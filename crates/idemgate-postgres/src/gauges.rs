@@ -101,17 +101,9 @@ impl PostgresStore {
     }
 }
 
-impl GaugedStore for PostgresStore {
-    /// Table bytes (`pg_total_relation_size`: heap, indexes, TOAST) and dead rows
-    /// (`pg_stat_get_dead_tuples`) from the catalog; `in_progress` and stuck records exactly,
-    /// through the partial index of migration 0003; expired records exactly up to
-    /// [`EXPIRED_COUNT_CAP`] through the `expires_at` index. `completed`/`failed` are exact
-    /// below [`EXACT_COUNT_BELOW`] live rows, else estimated from the statistics
-    /// (`approximate` is then set; the oldest record is then the oldest `created_at` among
-    /// the 1000 records next to expire, exact when every route has the same record TTL, and
-    /// body bytes are not summed). Below [`EXACT_COUNT_BELOW`] one scan of the table counts
-    /// every state (corrupt ones as unknown), the body bytes and the oldest record exactly.
-    async fn gauges(&self) -> Result<StoreCount, StoreError> {
+impl PostgresStore {
+    /// The count of [`GaugedStore::gauges`]; exact below `exact_below` live rows.
+    async fn count(&self, exact_below: i64) -> Result<StoreCount, StoreError> {
         let sql = catalog_sql(&self.table.qualified());
         let q = sqlx::query(&sql)
             .bind(self.table.qualified())
@@ -128,7 +120,7 @@ impl GaugedStore for PostgresStore {
         let vals = r.try_get::<Option<Vec<String>>, _>(3).map_err(classify)?;
         let freqs = r.try_get::<Option<Vec<f32>>, _>(4).map_err(classify)?;
         let (completed, failed) = split(settled, vals, freqs);
-        let approximate = live >= EXACT_COUNT_BELOW;
+        let approximate = live >= exact_below;
         let mut g = StoreCount {
             now: get(9)?,
             in_progress,
@@ -146,6 +138,26 @@ impl GaugedStore for PostgresStore {
             self.exact_counts(&mut g).await?;
         }
         Ok(g)
+    }
+}
+
+impl GaugedStore for PostgresStore {
+    /// Table bytes (`pg_total_relation_size`: heap, indexes, TOAST) and dead rows
+    /// (`pg_stat_get_dead_tuples`) from the catalog; `in_progress` and stuck records exactly,
+    /// through the partial index of migration 0003; expired records exactly up to
+    /// [`EXPIRED_COUNT_CAP`] through the `expires_at` index. `completed`/`failed` are exact
+    /// below [`EXACT_COUNT_BELOW`] live rows, else estimated from the statistics
+    /// (`approximate` is then set; the oldest record is then the oldest `created_at` among
+    /// the 1000 records next to expire, exact when every route has the same record TTL, and
+    /// body bytes are not summed). Below [`EXACT_COUNT_BELOW`] one scan of the table counts
+    /// every state (corrupt ones as unknown), the body bytes and the oldest record exactly.
+    async fn gauges(&self) -> Result<StoreCount, StoreError> {
+        self.count(EXACT_COUNT_BELOW).await
+    }
+
+    /// As [`GaugedStore::gauges`] with one scan of the table whatever its size.
+    async fn count_exact(&self) -> Result<StoreCount, StoreError> {
+        self.count(i64::MAX).await
     }
 
     /// An index range scan over `expires_at`, stopped at `limit`.

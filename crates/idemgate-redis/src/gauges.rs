@@ -45,6 +45,21 @@ impl RedisStore {
         Ok(keys)
     }
 
+    /// The exact count: every key of the prefix, scanned on every primary.
+    async fn scan_count(&self, now: i64) -> Result<StoreCount, StoreError> {
+        let mut conn = self.conn();
+        let mut g = StoreCount {
+            now,
+            body_bytes: Some(0),
+            ..StoreCount::default()
+        };
+        let mut scan = self.start_scan().await?;
+        while let Some((_, keys)) = self.next_page(&mut scan).await? {
+            self.count_keys(&mut conn, &keys, &mut g).await?;
+        }
+        Ok(g)
+    }
+
     /// Reads each key's state, lease, expiry, creation and body length into `g`.
     async fn count_keys(
         &self,
@@ -64,13 +79,13 @@ impl RedisStore {
                 let Value::Array(f) = reply else {
                     continue; // gone meanwhile, or not a hash
                 };
+                // A record's hash without a readable state is corrupt: counted as unknown.
                 let state = f
                     .first()
                     .and_then(|v| Option::<String>::from_redis_value(v).ok().flatten());
-                let Some(state) = state else { continue }; // not a record
                 let at = |i: usize| f.get(i).and_then(int);
                 g.count(
-                    RecordState::parse(&state),
+                    state.as_deref().and_then(RecordState::parse),
                     RecordFacts {
                         lease_expires_at: at(1),
                         expires_at: at(2),
@@ -104,11 +119,7 @@ impl GaugedStore for RedisStore {
             ..StoreCount::default()
         };
         if !self.is_cluster() && dbsize <= SCAN_ALL_BELOW {
-            let mut scan = self.start_scan().await?;
-            while let Some((_, keys)) = self.next_page(&mut scan).await? {
-                self.count_keys(&mut conn, &keys, &mut g).await?;
-            }
-            return Ok(g);
+            return self.scan_count(now).await;
         }
         let sampled = self.sample(&mut conn).await?;
         let mine: Vec<String> = sampled
@@ -121,10 +132,17 @@ impl GaugedStore for RedisStore {
         let scale = dbsize.max(0) as f64 / sampled.len().max(1) as f64;
         let s = |n: u64| (n as f64 * scale).round() as u64;
         (g.in_progress, g.completed, g.failed) = (s(g.in_progress), s(g.completed), s(g.failed));
+        g.unknown_state = s(g.unknown_state);
         g.stuck_in_progress = s(g.stuck_in_progress);
         g.body_bytes = g.body_bytes.map(s);
         g.approximate = true;
         Ok(g)
+    }
+
+    /// A `SCAN` of the prefix's keys on every primary, whatever the database's size.
+    async fn count_exact(&self) -> Result<StoreCount, StoreError> {
+        let now = self.server_now().await?;
+        self.scan_count(now).await
     }
 
     /// `None`: Redis deletes each record itself at its `expires_at`.

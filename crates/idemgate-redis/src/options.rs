@@ -82,7 +82,7 @@ const URL_FORMS: &str = "expected redis://[user:pass@]host[:port][/db], rediss:/
      redis+unix:///path, or redis+cluster://[user:pass@]host:port,host:port,... \
      (rediss+cluster:// for TLS)";
 
-fn invalid(reason: impl Into<String>) -> RedisStoreError {
+pub(crate) fn invalid(reason: impl Into<String>) -> RedisStoreError {
     RedisStoreError::InvalidUrl {
         reason: reason.into(),
     }

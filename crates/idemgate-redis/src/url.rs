@@ -1,7 +1,9 @@
 //! Redis store URLs: [`RedisStore::from_url`] and [`RedisStore::check_url`].
 
 use crate::error::Result;
-use crate::options::{parse_url, RedisOptions};
+use redis::IntoConnectionInfo;
+
+use crate::options::{invalid, parse_url, RedisOptions, Target};
 use crate::store::RedisStore;
 
 impl RedisStore {
@@ -22,7 +24,20 @@ impl RedisStore {
     /// [`crate::RedisStoreError::InvalidUrl`], naming what is wrong but never repeating the
     /// URL (it may hold a password).
     pub fn check_url(url: &str) -> Result<()> {
-        parse_url(url).map(drop)
+        let nodes = match parse_url(url)? {
+            Target::Single(url) => vec![url],
+            Target::Cluster(nodes) => nodes,
+        };
+        for node in nodes {
+            // The redis crate's own reading: port, database number, TLS and unix forms. Its
+            // message names the part (never the password).
+            node.as_str().into_connection_info().map_err(|e| {
+                let detail = e.detail().unwrap_or_default();
+                let detail = if detail.contains('@') { "" } else { detail };
+                invalid(format!("the Redis client refuses it: {e} {detail}").trim_end())
+            })?;
+        }
+        Ok(())
     }
 
     /// Connects to the server or cluster `url` names, with `options`: the same as
@@ -55,6 +70,9 @@ mod tests {
             ("127.0.0.1:6379", "expected redis://"),
             ("redis+cluster://:secret@a:1,,b:2", "empty host"),
             ("redis+cluster://:secret@a:1/0", "no database"),
+            ("redis://:secret@h:6379/abc", "database"),
+            ("redis://:secret@h:port", "Redis URL"),
+            ("redis+cluster://:secret@a:1,b:x", "Redis URL"),
         ] {
             let err = RedisStore::check_url(url).unwrap_err();
             assert!(matches!(err, RedisStoreError::InvalidUrl { .. }), "{url}");

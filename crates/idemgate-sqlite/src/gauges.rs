@@ -176,6 +176,11 @@ impl GaugedStore for SqliteStore {
         self.read(|c| gauges(c, EXACT_COUNT_BELOW)).await
     }
 
+    /// One scan of the table, whatever its size.
+    async fn count_exact(&self) -> Result<StoreCount, StoreError> {
+        self.read(|c| gauges(c, i64::MAX)).await
+    }
+
     /// An index range scan over `expires_at`, stopped at `limit`.
     async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>, StoreError> {
         self.read(move |c| {

@@ -21,6 +21,7 @@ use tower::Service;
 use crate::access::Access;
 use crate::body::{boxed, full, BoxBody};
 use crate::glue::{answer_for, rejection, run, Answered, Covered};
+use crate::lease::SendFailure;
 use crate::limits::Limiter;
 use crate::metrics::{Meters, RouteMetrics, UNMATCHED};
 use crate::policy::{Policy, Resolved};
@@ -34,6 +35,7 @@ pub(crate) mod fingerprint;
 use fingerprint::{ambiguous_header, FingerprintJob};
 
 /// What a request shares with the service.
+#[derive(Debug)]
 pub(crate) struct Ctx<St> {
     pub(crate) lifecycle: Lifecycle<St>,
     pub(crate) policy: Arc<Policy>,
@@ -41,6 +43,19 @@ pub(crate) struct Ctx<St> {
     pub(crate) limiter: Arc<Limiter>,
     pub(crate) meters: Arc<Meters>,
     pub(crate) transactional: Option<TxStore>,
+}
+
+impl<St> Clone for Ctx<St> {
+    fn clone(&self) -> Self {
+        Self {
+            lifecycle: self.lifecycle.clone(),
+            policy: self.policy.clone(),
+            tasks: self.tasks.clone(),
+            limiter: self.limiter.clone(),
+            meters: self.meters.clone(),
+            transactional: self.transactional.clone(),
+        }
+    }
 }
 
 /// Steps 2 to 5 of a request whose method is covered, with the access log line and the
@@ -53,7 +68,7 @@ pub(crate) async fn handle<S, St, B, ResB>(
 where
     S: Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
-    S::Error: Send + 'static,
+    S::Error: SendFailure + Send + 'static,
     ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
     B: Body<Data = Bytes> + Send + 'static,
@@ -103,7 +118,7 @@ async fn admit<S, St, B, ResB>(
 where
     S: Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
-    S::Error: Send + 'static,
+    S::Error: SendFailure + Send + 'static,
     ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
     B: Body<Data = Bytes> + Send + 'static,

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::admission::fingerprint::FingerprintJob;
 use crate::admission::{content_length, pass_through};
 use crate::body::{boxed, buffer_up_to, chain, full, BoxBody, Buffered};
-use crate::lease::{not_sent, LeaseHandle};
+use crate::lease::{LeaseHandle, SendFailure};
 use crate::limits::Ticket;
 use crate::metrics::RouteMetrics;
 use crate::policy::{Policy, RoutePolicy, StatusAction};
@@ -97,7 +97,7 @@ pub(crate) async fn run<S, St, ResB>(
 ) where
     S: tower::Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
-    S::Error: Send + 'static,
+    S::Error: SendFailure + Send + 'static,
     ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
     St: IdempotencyStore,
@@ -168,7 +168,7 @@ async fn execute<S, St, ResB>(
     (tag, reply): (&'static str, Reply<S::Error>),
 ) where
     S: tower::Service<Request<BoxBody>, Response = Response<ResB>>,
-    S::Error: 'static,
+    S::Error: SendFailure + 'static,
     ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
     St: IdempotencyStore,
@@ -215,7 +215,7 @@ async fn execute<S, St, ResB>(
         Err(e) if handle.is_completed() => return drop(reply.send(("upstream_error", Err(e)))),
         Ok(forwarded) => forwarded,
         Err(e) => {
-            let outcome = match not_sent(&e) {
+            let outcome = match e.not_sent() {
                 true => Outcome::Release,
                 false => {
                     covered.failed("the upstream call failed after the request was sent");

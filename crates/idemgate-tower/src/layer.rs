@@ -8,6 +8,7 @@ use idemgate_core::{IdempotencyStore, Lifecycle, PurgeHandle};
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
+use crate::admission::Ctx;
 use crate::limits::Limiter;
 use crate::metrics::Meters;
 use crate::policy::Policy;
@@ -131,15 +132,15 @@ impl<St> IdempotencyLayer<St> {
     /// Wraps `inner` in the middleware ([`Layer::layer`]), after registering every counter
     /// series of the policy at 0 ([`crate::metrics::register`]).
     pub(crate) fn wrap<S>(&self, inner: S) -> Idempotency<S, St> {
-        Idempotency {
-            inner,
+        let ctx = Ctx {
             lifecycle: self.lifecycle.clone(),
             meters: Arc::new(Meters::for_policy(&self.policy, self.backend)),
             policy: self.policy.clone(),
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
             transactional: self.transactional.clone(),
-        }
+        };
+        Idempotency { inner, ctx }
     }
 
     /// The policy in force.
@@ -154,12 +155,8 @@ impl<St> IdempotencyLayer<St> {
     #[must_use]
     pub fn with_policy(&self, policy: Policy) -> Self {
         Self {
-            lifecycle: self.lifecycle.clone(),
             policy: Arc::new(policy),
-            tasks: self.tasks.clone(),
-            limiter: self.limiter.clone(),
-            backend: self.backend,
-            transactional: self.transactional.clone(),
+            ..self.clone()
         }
     }
 }

@@ -1,6 +1,5 @@
 //! What the inner service sees of the lease, and how it says a request was not sent.
 
-use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -104,21 +103,40 @@ impl LeaseHandle {
     }
 }
 
-/// True when the inner error says the request never reached the operation.
-pub(crate) fn not_sent<E: 'static>(e: &E) -> bool {
-    let any = e as &dyn Any;
-    if any.is::<NotSent>() {
-        return true;
-    }
-    let Some(boxed) = any.downcast_ref::<BoxError>() else {
-        return false;
-    };
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(boxed.as_ref());
-    while let Some(e) = source {
-        if e.is::<NotSent>() {
-            return true;
+/// How the layer asks an inner service's error whether the request was sent: the
+/// service's `S::Error` implements it. A `true` releases the record, so the same key can be
+/// retried; a `false` fails it, because the operation may have run.
+///
+/// Implemented for [`BoxError`] (true when [`NotSent`] is the error or in its `source()`
+/// chain), [`NotSent`] (true) and [`Infallible`](std::convert::Infallible) (axum's
+/// services). An application's own error type implements it to say which of its errors
+/// mean "not sent".
+pub trait SendFailure {
+    /// True when the request never reached the operation.
+    fn not_sent(&self) -> bool;
+}
+
+impl SendFailure for BoxError {
+    fn not_sent(&self) -> bool {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self.as_ref());
+        while let Some(e) = source {
+            if e.is::<NotSent>() {
+                return true;
+            }
+            source = e.source();
         }
-        source = e.source();
+        false
     }
-    false
+}
+
+impl SendFailure for NotSent {
+    fn not_sent(&self) -> bool {
+        true
+    }
+}
+
+impl SendFailure for std::convert::Infallible {
+    fn not_sent(&self) -> bool {
+        match *self {}
+    }
 }

@@ -47,8 +47,8 @@
 //! - `limits` (default): per-principal limits ([`limits::PrincipalLimits`]) are enforced;
 //!   without it they are not (a warning is logged once).
 //! - `metrics` (default): the layer's counters and histograms through the `metrics` facade.
-//! - `openapi` (default): `openapi::Contract`, the contract as OpenAPI, alone or merged into
-//!   an API description; `utoipa` (implies `openapi`) adds it to a utoipa document.
+//! - `openapi` (default): `openapi::Contract`, the contract as OpenAPI (built with utoipa's
+//!   types), alone, merged into an API description, or added to a utoipa document.
 //!
 //! The defaults keep every part; `default-features = false` leaves the middleware alone.
 
@@ -84,7 +84,7 @@ pub use access::TARGET as ACCESS_LOG_TARGET;
 pub use future::ResponseFuture;
 pub use jwt::JwtVerifier;
 pub use layer::IdempotencyLayer;
-pub use lease::{LeaseHandle, NotSent};
+pub use lease::{LeaseHandle, NotSent, SendFailure};
 pub use policy::{Policy, RoutePolicy, StatusAction, StatusPattern};
 pub use principal::{
     authorization_hmac, authorization_principal, principal_from_authorization, Principal,

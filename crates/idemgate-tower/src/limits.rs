@@ -110,7 +110,6 @@ impl KeyRate {
     }
 }
 
-#[cfg_attr(not(feature = "limits"), path = "limits/off.rs")]
 mod table;
 
 pub(crate) use table::{Limiter, Ticket};

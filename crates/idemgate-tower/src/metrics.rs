@@ -127,14 +127,11 @@ pub fn series(policy: &Policy, backend: &'static str) -> Vec<Series> {
     series
 }
 
-#[cfg_attr(not(feature = "metrics"), path = "metrics/off.rs")]
 mod record;
 
 pub(crate) use record::Meters;
 pub use record::RouteMetrics;
-#[cfg(feature = "metrics")]
 pub use record::{describe, register};
-#[cfg(feature = "limits")]
 pub(crate) use record::{limit_table_full, limited};
 
 #[cfg(test)]

@@ -54,45 +54,45 @@ pub use status::{StatusAction, StatusPattern, StatusRules};
 /// assert!(p.ignore_json_pointers.is_empty() && p.fingerprint_headers.is_empty());
 /// assert!(!p.allow_anonymous && !p.fail_open && !p.record_ttl_header && !p.case_insensitive);
 /// ```
-#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RoutePolicy {
     /// Reject requests without a key with `400`. Defaults to false.
     pub key_required: bool,
     /// Record lifetime (`expires_at` = creation + this). Defaults to 24 h.
-    #[serde(deserialize_with = "de::duration")]
+    #[serde(with = "de::duration")]
     pub record_ttl: Duration,
     /// How long a dead holder blocks retries; renewed every third of it. Defaults to 10 s.
-    #[serde(deserialize_with = "de::duration")]
+    #[serde(with = "de::duration")]
     pub lease_ttl: Duration,
     /// How long a record with no readable lease counts as in progress. Defaults to 60 s.
-    #[serde(deserialize_with = "de::duration")]
+    #[serde(with = "de::duration")]
     pub max_lease: Duration,
     /// Status for a key reused with another request: `422` (default) or `400` (Stripe).
-    #[serde(deserialize_with = "de::mismatch_status")]
+    #[serde(with = "de::mismatch_status")]
     pub mismatch_status: StatusCode,
     /// Statuses whose response is stored and replayed. Defaults to `2xx`, `3xx`, `4xx`
     /// ([`DEFAULT_STORE_STATUSES`](idemgate_core::status::DEFAULT_STORE_STATUSES), which
     /// says why). A `401` with `WWW-Authenticate` is released unless a list names `401`
     /// exactly ([`RoutePolicy::action_for`]).
-    #[serde(deserialize_with = "de::statuses")]
+    #[serde(with = "de::statuses")]
     pub store_statuses: Vec<StatusPattern>,
     /// Statuses that mean "nothing was done": the key is released. Defaults to `408`, `425`,
     /// `429`, `503` ([`DEFAULT_RELEASE_STATUSES`](idemgate_core::status::DEFAULT_RELEASE_STATUSES),
     /// which says why). Checked first.
-    #[serde(deserialize_with = "de::statuses")]
+    #[serde(with = "de::statuses")]
     pub release_statuses: Vec<StatusPattern>,
     /// Statuses that fail the record. Defaults to `5xx`
     /// ([`DEFAULT_FAIL_STATUSES`](idemgate_core::status::DEFAULT_FAIL_STATUSES), which says
     /// why). Anything matching no list fails too.
-    #[serde(deserialize_with = "de::statuses")]
+    #[serde(with = "de::statuses")]
     pub fail_statuses: Vec<StatusPattern>,
     /// JSON Pointers (RFC 6901) left out of the fingerprint. Defaults to none.
     #[serde(deserialize_with = "de::pointers")]
     pub ignore_json_pointers: Vec<String>,
     /// Request headers included in the fingerprint. Defaults to none.
-    #[serde(deserialize_with = "de::headers")]
+    #[serde(with = "de::headers")]
     pub fingerprint_headers: Vec<HeaderName>,
     /// Where the principal comes from. Defaults to the `Authorization` hash.
     #[serde(skip)]
@@ -103,45 +103,50 @@ pub struct RoutePolicy {
     /// Forward unrecorded when the store is unreachable instead of answering `503`. Only for
     /// routes where a duplicate is harmless. Defaults to false.
     pub fail_open: bool,
-    /// What a lapsed lease means (its holder crashed or lost the store after forwarding).
-    /// Defaults to [`LeaseExpiredPolicy::Unknown`]: retries get `outcome-unknown`, never a
-    /// second execution. [`LeaseExpiredPolicy::Takeover`] runs the operation again (marked
+    /// What a lapsed lease means (its holder crashed or lost the store after forwarding):
+    /// `"unknown"` ([`LeaseExpiredPolicy::Unknown`], the default): retries get `500
+    /// outcome-unknown`, never a second execution; `"takeover"`
+    /// ([`LeaseExpiredPolicy::Takeover`]) runs the operation again (marked
     /// `Idempotent-Takeover: true`): only for operations that are safe to repeat, upstreams
     /// that dedupe on the forwarded key, or services that complete the key in their own
-    /// business transaction.
+    /// business transaction; `"fail"` ([`LeaseExpiredPolicy::Fail`]) answers as if the
+    /// attempt failed.
     pub lease_expired: LeaseExpiredPolicy,
     /// Allow a retry of a failed record to run again. Defaults to false.
     pub retry_failed: bool,
-    /// Largest request body, in bytes; above it `413`. Defaults to 1 MiB.
+    /// Largest request body, in bytes; above it `413`. Defaults to 1048576 (1 MiB).
     pub max_body_bytes: usize,
     /// Largest decoded size of an encoded (`Content-Encoding: gzip`) request body, in bytes;
     /// decoding for the fingerprint stops there and the request gets `413`, unforwarded.
-    /// `None` (the default): 4 × `max_body_bytes`.
+    /// Unset (`None`, the default): 4 × `max_body_bytes`.
     #[serde(deserialize_with = "de::decoded_limit")]
     pub max_decoded_body_bytes: Option<usize>,
-    /// Largest response body stored for replay, in bytes; above it the response is delivered
-    /// whole but not replayable. Defaults to 1 MiB.
+    /// Largest response body stored for replay, in bytes (at most 268435456, 256 MiB); above
+    /// it the response is delivered whole but not replayable. Defaults to 1048576 (1 MiB).
     #[serde(deserialize_with = "de::stored_limit")]
     pub max_stored_response_bytes: usize,
     /// Response headers never replayed, in addition to hop-by-hop ones, `set-cookie` and
     /// `date` (never replayed whatever this says; a replay gets a fresh `Date`). Defaults to
     /// `set-cookie`, `date`.
-    #[serde(deserialize_with = "de::headers")]
+    #[serde(with = "de::headers")]
     pub replay_deny_headers: Vec<HeaderName>,
     /// Per-principal limits (in flight, new keys per second). Defaults to off.
     #[serde(skip)]
     pub limits: crate::limits::PrincipalLimits,
-    /// Send [`IDEMPOTENCY_KEY_LIFETIME`](crate::replay::IDEMPOTENCY_KEY_LIFETIME) (the
-    /// record TTL in seconds) on fresh and replayed keyed responses. Defaults to false.
+    /// Send `Idempotency-Key-Lifetime: N`
+    /// ([`IDEMPOTENCY_KEY_LIFETIME`](crate::replay::IDEMPOTENCY_KEY_LIFETIME), `N` the
+    /// record TTL in whole seconds: how long retries with the key get the stored response,
+    /// from the key's first request) on fresh and replayed keyed responses whose status is
+    /// stored. Defaults to false.
     pub record_ttl_header: bool,
     /// What a path that differs from this route's template only by a trailing `/` means:
-    /// `400 ambiguous-path` ([`TrailingSlash::Refuse`], the default) or this route
-    /// ([`TrailingSlash::Same`]). On the default route: whether an unmatched path with a
+    /// `"refuse"` ([`TrailingSlash::Refuse`], the default): `400 ambiguous-path`; or
+    /// `"same"` ([`TrailingSlash::Same`]): this route. On the default route: whether an unmatched path with a
     /// trailing `/` is refused or scoped without it. See [`Policy::resolve`].
     pub trailing_slash: TrailingSlash,
-    /// What an encoded `/` (`%2F`) in a path this route matches means: `400
-    /// ambiguous-path` ([`EncodedSlash::Refuse`], the default) or a literal escape inside
-    /// its segment ([`EncodedSlash::Keep`]).
+    /// What an encoded `/` (`%2F`) in a path this route matches means: `"refuse"`
+    /// ([`EncodedSlash::Refuse`], the default): `400 ambiguous-path`; or `"keep"`
+    /// ([`EncodedSlash::Keep`]): a literal escape inside its segment (`group%2Fproject`).
     pub encoded_slash: EncodedSlash,
     /// Match this route's template ignoring ASCII letter case (for upstreams that route so,
     /// e.g. Express and ASP.NET by default); on the default route, the concrete path of the

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
-use idemgate_core::{BoxError, IdempotencyStore, Lifecycle};
+use idemgate_core::{BoxError, IdempotencyStore};
 use tokio_util::task::TaskTracker;
 use tower::Service;
 
@@ -14,11 +14,9 @@ use crate::admission::{handle, Ctx};
 use crate::body::{boxed, BoxBody};
 use crate::future::ResponseFuture;
 use crate::layer::IdempotencyLayer;
-use crate::limits::Limiter;
-use crate::metrics::Meters;
+use crate::lease::SendFailure;
 use crate::policy::Policy;
 use crate::replay::IDEMPOTENT_TAKEOVER;
-use crate::transaction::TxStore;
 
 /// The idempotency middleware. For each request:
 ///
@@ -61,24 +59,15 @@ use crate::transaction::TxStore;
 #[derive(Debug)]
 pub struct Idempotency<S, St> {
     pub(crate) inner: S,
-    pub(crate) lifecycle: Lifecycle<St>,
-    pub(crate) policy: Arc<Policy>,
-    pub(crate) tasks: TaskTracker,
-    pub(crate) limiter: Arc<Limiter>,
-    pub(crate) meters: Arc<Meters>,
-    pub(crate) transactional: Option<TxStore>,
+    /// What each covered request shares with the service.
+    pub(crate) ctx: Ctx<St>,
 }
 
 impl<S: Clone, St> Clone for Idempotency<S, St> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            lifecycle: self.lifecycle.clone(),
-            policy: self.policy.clone(),
-            tasks: self.tasks.clone(),
-            limiter: self.limiter.clone(),
-            meters: self.meters.clone(),
-            transactional: self.transactional.clone(),
+            ctx: self.ctx.clone(),
         }
     }
 }
@@ -114,12 +103,12 @@ impl<S, St> Idempotency<S, St> {
 
     /// The store.
     pub fn store(&self) -> &Arc<St> {
-        self.lifecycle.store()
+        self.ctx.lifecycle.store()
     }
 
     /// The detached tasks of this service: see [`IdempotencyLayer::drain`].
     pub fn detached_tasks(&self) -> &TaskTracker {
-        &self.tasks
+        &self.ctx.tasks
     }
 }
 
@@ -127,7 +116,7 @@ impl<S, St, B, ResB> Service<Request<B>> for Idempotency<S, St>
 where
     S: Service<Request<BoxBody>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
-    S::Error: Send + 'static,
+    S::Error: SendFailure + Send + 'static,
     ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
     B: Body<Data = Bytes> + Send + 'static,
@@ -145,22 +134,14 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         // Reserved: only idemgate says a request is a takeover; never trusted from clients.
         req.headers_mut().remove(IDEMPOTENT_TAKEOVER);
-        if self.policy.passes_untouched(req.method()) {
-            let uncovered = self.meters.uncovered().clone();
+        if self.ctx.policy.passes_untouched(req.method()) {
+            let uncovered = self.ctx.meters.uncovered().clone();
             return ResponseFuture::pass_through(self.inner.call(req.map(boxed)), uncovered);
         }
         // `self.inner` was driven to readiness; a clone may not be. Keep the ready one for
         // this call and leave the clone for the next poll_ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let ctx = Ctx {
-            lifecycle: self.lifecycle.clone(),
-            policy: self.policy.clone(),
-            tasks: self.tasks.clone(),
-            limiter: self.limiter.clone(),
-            meters: self.meters.clone(),
-            transactional: self.transactional.clone(),
-        };
-        ResponseFuture::covered(Box::pin(handle(inner, ctx, req)))
+        ResponseFuture::covered(Box::pin(handle(inner, self.ctx.clone(), req)))
     }
 }

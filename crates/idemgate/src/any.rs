@@ -59,6 +59,15 @@ pub enum AnyStoreError {
         /// The schemes this build's features accept.
         known: String,
     },
+    /// The text has no `scheme:` (it is not repeated: a secret may have been pasted).
+    #[error("the store URL has no scheme (this build knows {known})")]
+    NoScheme {
+        /// The schemes this build's features accept.
+        known: String,
+    },
+    /// `memory://` with something after it.
+    #[error("memory:// takes nothing after the scheme")]
+    Memory,
     /// The SQLite store's error.
     #[cfg(feature = "sqlite")]
     #[error(transparent)]
@@ -79,7 +88,7 @@ pub enum AnyStoreError {
 
 /// The schemes of this build, for [`AnyStoreError::UnknownScheme`].
 fn known() -> String {
-    let schemes: [(bool, &str); 5] = [
+    [
         (true, "memory://"),
         (cfg!(feature = "sqlite"), "sqlite://PATH"),
         (cfg!(feature = "postgres"), "postgres://"),
@@ -88,13 +97,11 @@ fn known() -> String {
             "redis://, rediss://, redis+unix://, redis+cluster://",
         ),
         (cfg!(feature = "client"), "idemgate://, idemgates://"),
-    ];
-    let known: Vec<&str> = schemes
-        .iter()
-        .filter(|(on, _)| *on)
-        .map(|(_, s)| *s)
-        .collect();
-    known.join(", ")
+    ]
+    .iter()
+    .filter_map(|(on, scheme)| on.then_some(*scheme))
+    .collect::<Vec<_>>()
+    .join(", ")
 }
 
 /// A store URL, checked by the store crate its scheme names (`SqliteLocation::parse`,
@@ -127,9 +134,12 @@ impl AnyUrl {
     /// [`AnyStoreError::UnknownScheme`], or the store crate's error naming what is wrong.
     pub fn parse(url: &str) -> Result<Self, AnyStoreError> {
         let url = url.trim();
-        let scheme = url.split_once(':').map_or(url, |(s, _)| s);
+        let Some((scheme, _)) = url.split_once(':') else {
+            return Err(AnyStoreError::NoScheme { known: known() });
+        };
         Ok(match scheme.to_ascii_lowercase().as_str() {
             "memory" if matches!(url, "memory://" | "memory:") => Self::Memory,
+            "memory" => return Err(AnyStoreError::Memory),
             #[cfg(feature = "sqlite")]
             "sqlite" => Self::Sqlite(idemgate_sqlite::SqliteLocation::parse(url)?),
             #[cfg(feature = "postgres")]
@@ -219,21 +229,15 @@ impl AnyStore {
     }
 }
 
+/// `$e` with `$s` bound to the variant's store (`boxed`: awaited on its own allocation);
+/// a key service gives `$k` instead, when one is given.
 macro_rules! each {
-    ($self:ident, $s:ident => boxed $e:expr) => {
-        match $self {
-            AnyStore::Memory($s) => Box::pin($e).await,
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite($s) => Box::pin($e).await,
-            #[cfg(feature = "postgres")]
-            AnyStore::Postgres($s) => Box::pin($e).await,
-            #[cfg(feature = "redis")]
-            AnyStore::Redis($s) => Box::pin($e).await,
-            #[cfg(feature = "client")]
-            AnyStore::KeyService($s) => Box::pin($e).await,
-        }
+    (@or $e:expr) => { $e };
+    (@or $e:expr, $k:expr) => { $k };
+    ($self:ident, $s:ident => boxed $e:expr $(, key_service => $k:expr)?) => {
+        each!($self, $s => Box::pin($e).await $(, key_service => $k)?)
     };
-    ($self:ident, $s:ident => $e:expr) => {
+    ($self:ident, $s:ident => $e:expr $(, key_service => $k:expr)?) => {
         match $self {
             AnyStore::Memory($s) => $e,
             #[cfg(feature = "sqlite")]
@@ -243,7 +247,8 @@ macro_rules! each {
             #[cfg(feature = "redis")]
             AnyStore::Redis($s) => $e,
             #[cfg(feature = "client")]
-            AnyStore::KeyService($s) => $e,
+            #[allow(unused_variables)]
+            AnyStore::KeyService($s) => each!(@or $e $(, $k)?),
         }
     };
 }
@@ -303,39 +308,25 @@ fn key_service() -> idemgate_core::StoreError {
     )
 }
 
-/// `$e` with `$s` bound to a store that holds its own records, `$k` for a key service.
-macro_rules! held {
-    ($self:ident, $s:ident => $e:expr, key_service => $k:expr) => {
-        match $self {
-            AnyStore::Memory($s) => Box::pin($e).await,
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite($s) => Box::pin($e).await,
-            #[cfg(feature = "postgres")]
-            AnyStore::Postgres($s) => Box::pin($e).await,
-            #[cfg(feature = "redis")]
-            AnyStore::Redis($s) => Box::pin($e).await,
-            #[cfg(feature = "client")]
-            AnyStore::KeyService(_) => $k,
-        }
-    };
-}
-
 /// The operator operations of the store; a key service's records are read there.
 impl AdminStore for AnyStore {
     async fn list_key(&self, filter: &KeyFilter) -> Result<Listing> {
-        held!(self, s => s.list_key(filter), key_service => Err(key_service()))
+        each!(self, s => boxed s.list_key(filter), key_service => Err(key_service()))
     }
     async fn delete_exact(&self, seen: &RawRecord) -> Result<bool> {
-        held!(self, s => s.delete_exact(seen), key_service => Err(key_service()))
+        each!(self, s => boxed s.delete_exact(seen), key_service => Err(key_service()))
     }
 }
 
 /// The store's count; a key service counts its store on its own `/metrics`.
 impl GaugedStore for AnyStore {
     async fn gauges(&self) -> Result<StoreCount> {
-        held!(self, s => s.gauges(), key_service => Err(key_service()))
+        each!(self, s => boxed s.gauges(), key_service => Err(key_service()))
+    }
+    async fn count_exact(&self) -> Result<StoreCount> {
+        each!(self, s => boxed s.count_exact(), key_service => Err(key_service()))
     }
     async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>> {
-        held!(self, s => s.count_expired(limit), key_service => Ok(None))
+        each!(self, s => boxed s.count_expired(limit), key_service => Ok(None))
     }
 }

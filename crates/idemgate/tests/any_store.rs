@@ -46,6 +46,12 @@ async fn memory_and_unknown_schemes() {
         text.contains("memory://") && !text.contains("secret"),
         "{text}"
     );
+    // A value without a scheme (a secret pasted into the wrong field) is not repeated.
+    let err = AnyStore::from_url("S3CRETpw").await.unwrap_err();
+    assert!(matches!(err, AnyStoreError::NoScheme { .. }), "{err:?}");
+    assert!(!err.to_string().contains("S3CRET"), "{err}");
+    let err = AnyStore::from_url("memory://x").await.unwrap_err();
+    assert!(matches!(err, AnyStoreError::Memory), "{err:?}");
 }
 
 #[cfg(feature = "sqlite")]

@@ -132,10 +132,10 @@ where
     );
 }
 
-/// Stats count records by state, stuck `in_progress` ones (lapsed lease), body bytes, the
+/// Stats (the exact count) count records by state, stuck `in_progress` ones (lapsed lease), body bytes, the
 /// oldest record, and expired records not yet purged (none where the store expires them).
 pub async fn admin_stats_count_by_state<S: GaugedStore>(s: S, caps: StoreCapabilities) {
-    let empty = s.gauges().await.unwrap();
+    let empty = s.count_exact().await.unwrap();
     assert_eq!((empty.records(), empty.oldest_created_at), (0, None));
     assert!(!empty.approximate);
     insert(&s, &unique_key("live"), fp(1)).await;
@@ -157,7 +157,7 @@ pub async fn admin_stats_count_by_state<S: GaugedStore>(s: S, caps: StoreCapabil
             .unwrap(),
     );
     tokio::time::sleep(ttl + Duration::from_millis(150)).await;
-    let st = s.gauges().await.unwrap();
+    let st = s.count_exact().await.unwrap();
     let expired = u64::from(!caps.native_expiry);
     assert_eq!(
         (st.completed, st.failed, st.unknown_state, st.body_bytes),

@@ -392,7 +392,10 @@ pub(super) fn confirm(prompt: &str, what: &str) -> anyhow::Result<()> {
 /// A store that cannot be opened or read.
 pub async fn stats(args: StatsArgs) -> anyhow::Result<()> {
     let store = open(&args.store).await?;
-    let stats = store.gauges().await.context("cannot count the records")?;
+    let stats = store
+        .count_exact()
+        .await
+        .context("cannot count the records")?;
     let view = StatsView::new(&stats, store.backend());
     output::print_stats(&mut std::io::stdout().lock(), &view, args.json)
 }

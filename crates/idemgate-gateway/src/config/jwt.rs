@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use idemgate_tower::JwtVerifier;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::duration;
 
 /// `[jwt]`: how bearer tokens are verified. Paths are relative to the working directory.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct JwtConfig {
     /// File holding the HS256 secret (raw bytes; trailing whitespace is dropped), at least
@@ -18,9 +18,10 @@ pub struct JwtConfig {
     /// File holding a JWK set (RFC 7517 §5): RSA, EC P-256/P-384 or Ed25519 public keys,
     /// each with a `kid` when there are several.
     pub jwks_file: Option<String>,
-    /// Required `iss`. Default: any.
+    /// The `iss` every token must carry; unset (the default): any.
     pub issuer: Option<String>,
-    /// Required `aud`. Default: any.
+    /// The `aud` every token must carry (set it, so tokens minted for other APIs are
+    /// refused); unset (the default): any.
     pub audience: Option<String>,
     /// Clock skew allowed on `exp` and `nbf`, whole seconds. Default `30s`.
     pub leeway: String,

@@ -4,11 +4,11 @@
 //! the defaults. The keys are [`RouteEntry`]'s.
 
 use idemgate_tower::policy::{KeyProblem, RouteEntry};
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// One route's settings as written. An unknown key or a value of the wrong type fails the
 /// parse; values are checked when the policy is built ([`super::Config::validate`]).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct RouteTable(pub toml::Table);
 
 impl RouteTable {

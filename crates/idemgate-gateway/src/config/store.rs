@@ -23,9 +23,22 @@ impl Config {
     /// The store section: `store` (parsed by its store crate) and `store_token_file`.
     pub(super) fn store_section(&self, errs: &mut Vec<String>) -> Option<StoreUrl> {
         self.check_store_token_file(errs);
-        StoreUrl::parse(&self.store)
-            .map_err(|e| errs.push(format!("store: {e}")))
-            .ok()
+        match StoreUrl::parse(&self.store) {
+            // A gateway's records must outlive it: a retry after a restart would run again.
+            Ok(StoreUrl::Sqlite(idemgate_sqlite::SqliteLocation::Memory)) => {
+                errs.push(
+                    "store: an in-memory SQLite database loses every record when the process \
+                     stops; give a file (sqlite://PATH), or memory:// for tests"
+                        .into(),
+                );
+                None
+            }
+            Ok(url) => Some(url),
+            Err(e) => {
+                errs.push(format!("store: {e}"));
+                None
+            }
+        }
     }
 
     /// The engine section: the lifecycle's bounds, the purge and the gauges.
@@ -57,7 +70,7 @@ impl Config {
             store_ca_file: (!self.store_ca_file.trim().is_empty())
                 .then(|| self.store_ca_file.trim().into()),
             store_timeout: humantime::parse_duration(&self.store_timeout)
-                .unwrap_or(Duration::from_secs(2)),
+                .unwrap_or(LifecycleConfig::default().store_timeout),
         }
     }
 

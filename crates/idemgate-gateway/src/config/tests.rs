@@ -290,3 +290,55 @@ fn response_limits_are_checked() {
         "{errs:#?}"
     );
 }
+
+#[test]
+fn an_in_memory_sqlite_store_is_refused() {
+    for url in ["sqlite::memory:", "sqlite://:memory:"] {
+        let errs = parse(&format!(
+            "upstream = \"http://127.0.0.1:3000\"\nstore = \"{url}\"\n"
+        ))
+        .validate()
+        .unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("store:") && e.contains("memory://")),
+            "{url}: {errs:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_status_an_earlier_list_already_matches_is_refused() {
+    // 503 is released by the default `release_statuses` before `fail_statuses` is read.
+    let errs = parse(
+        "upstream = \"http://127.0.0.1:3000\"\n[[routes]]\nroute = \"POST /charges\"\n\
+         fail_statuses = [\"5xx\", \"503\"]\n",
+    )
+    .validate()
+    .unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("routes[0].fail_statuses:")
+                && e.contains("`503`")
+                && e.contains("release_statuses")),
+        "{errs:#?}"
+    );
+    let ok = "upstream = \"http://127.0.0.1:3000\"\n[[routes]]\nroute = \"POST /charges\"\n\
+              release_statuses = [\"408\", \"425\", \"429\"]\n";
+    assert!(parse(ok).validate().is_ok());
+}
+
+#[test]
+fn every_bad_entry_of_a_list_is_named() {
+    let errs = parse(
+        "upstream = \"http://127.0.0.1:3000\"\n[defaults]\n\
+         store_statuses = [\"2xx\", \"600\", \"abc\", \"4XX\"]\n",
+    )
+    .validate()
+    .unwrap_err();
+    let line = errs
+        .iter()
+        .find(|e| e.starts_with("defaults.store_statuses:"))
+        .unwrap_or_else(|| panic!("{errs:#?}"));
+    assert!(line.contains("`600`") && line.contains("`abc`"), "{line}");
+}

@@ -6,6 +6,7 @@ mod admin;
 mod cli;
 mod clients;
 mod concurrency;
+mod config_reference;
 mod contract;
 /// What `contract.rs` tests against: the support module itself here.
 use support as contract_support;

@@ -129,3 +129,59 @@ async fn a_large_database_is_sampled() {
     );
     assert_eq!((g.in_progress, g.failed, g.expired), (0, 0, None));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_exactly_past_the_sampling_size() {
+    let Some(s) = common::fresh_store().await else {
+        return;
+    };
+    let url = common::url().unwrap();
+    const MINE: u64 = 300;
+    for _ in 0..MINE {
+        let k = unique_key("alice");
+        let lease = inserted(
+            s.insert_or_get(&request(&k, fp(1), DAY / 2, DAY))
+                .await
+                .unwrap(),
+        );
+        s.complete(&lease, &response(10)).await.unwrap();
+    }
+    // Two records edited behind the store's back: one without a state, one with a state
+    // no reader knows. Both are corrupt and counted as unknown, not skipped.
+    let mut conn = common::raw(&url).await;
+    let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(format!("{}*", s.key_prefix()))
+        .arg("COUNT")
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(keys.len() >= 2, "{keys:?}");
+    let _: () = redis::cmd("HDEL")
+        .arg(&keys[0])
+        .arg("st")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&keys[1])
+        .arg("st")
+        .arg("weird")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // A database of many other keys: the gauges sample it, `stats` still counts exactly.
+    let _filler = Filler::new(&url, SCAN_ALL_BELOW as usize + 5_000).await;
+    let exact = s.count_exact().await.unwrap();
+    assert!(!exact.approximate, "{exact:?}");
+    assert_eq!(
+        (exact.completed, exact.unknown_state),
+        (MINE - 2, 2),
+        "{exact:?}"
+    );
+    assert_eq!(exact.records(), MINE);
+    let sampled = s.gauges().await.unwrap();
+    assert!(sampled.approximate, "{sampled:?}");
+}

@@ -1,5 +1,6 @@
-//! The limits' state of one layer (feature `limits`): in-flight counts and token buckets per
-//! (principal, route) pair.
+//! The limits' state of one layer: in-flight counts and token buckets per (principal, route)
+//! pair. Without the `limits` feature no limit is enforced: every request is admitted, and a
+//! route that sets [`PrincipalLimits`](super::PrincipalLimits) is warned about once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -115,6 +116,13 @@ impl Limiter {
         principal: &str,
     ) -> Result<Ticket, Limited> {
         if limits.is_off() {
+            return Ok(Ticket { held: None });
+        }
+        if !cfg!(feature = "limits") {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!("per-principal limits are configured but idemgate-tower was built without its `limits` feature: they are not enforced");
+            });
             return Ok(Ticket { held: None });
         }
         let now = Instant::now();
@@ -262,6 +270,6 @@ impl Drop for Ticket {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "limits"))]
 #[path = "tests.rs"]
 mod tests;

@@ -1,4 +1,5 @@
-//! The layer's metrics recorded through the [`metrics`] facade (feature `metrics`).
+//! The layer's metrics recorded through the [`metrics`] facade. Without the `metrics`
+//! feature the layer records nothing; the route labels stay, for the access log.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -9,6 +10,9 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::policy::Policy;
+
+/// Whether the layer records its metrics (feature `metrics`).
+const RECORDS: bool = cfg!(feature = "metrics");
 
 /// Describes (HELP text and unit) every metric of the layer and of the core lifecycle.
 /// Call it once after installing the recorder.
@@ -67,6 +71,9 @@ impl RouteMetrics {
     /// Counts one request with `outcome` (one of [`OUTCOMES`]; any other counts as
     /// `rejected`).
     pub fn count(&self, outcome: &'static str) {
+        if !RECORDS {
+            return;
+        }
         let i = outcome_index(outcome);
         self.requests[i]
             .get_or_init(|| {
@@ -77,6 +84,9 @@ impl RouteMetrics {
 
     /// Records how long a request with `outcome` took until its response head.
     pub fn request_took(&self, outcome: &'static str, started: Instant) {
+        if !RECORDS {
+            return;
+        }
         let i = outcome_index(outcome);
         self.durations[i]
             .get_or_init(|| {
@@ -88,6 +98,9 @@ impl RouteMetrics {
     /// Records one upstream call that started at `started` and answered `status` (`None`:
     /// it failed without a response).
     pub fn upstream(&self, status: Option<http::StatusCode>, started: Instant) {
+        if !RECORDS {
+            return;
+        }
         self.upstream_duration
             .get_or_init(|| {
                 metrics::histogram!("idempotency_upstream_duration_seconds", "route" => self.route.to_string())
@@ -123,7 +136,9 @@ pub(crate) struct Meters {
 impl Meters {
     /// The handles of `policy`'s routes, after registering every counter series ([`register`]).
     pub(crate) fn for_policy(policy: &Policy, backend: &'static str) -> Self {
-        register(policy, backend);
+        if RECORDS {
+            register(policy, backend);
+        }
         let routes = policy
             .routes()
             .map(|(r, _)| (r.to_owned(), Arc::new(RouteMetrics::new(r))))
@@ -152,7 +167,9 @@ impl Meters {
         drop(read);
         let mut write = self.matched.write().unwrap_or_else(|e| e.into_inner());
         let m = write.entry(label.to_owned()).or_insert_with(|| {
-            route_series(label).iter().for_each(Series::register);
+            if RECORDS {
+                route_series(label).iter().for_each(Series::register);
+            }
             Arc::new(RouteMetrics::new(label))
         });
         m.clone()
@@ -164,14 +181,18 @@ impl Meters {
 }
 
 /// Counts one request of `route` refused by `limit` (one of [`LIMITS`]).
-#[cfg(feature = "limits")]
 pub(crate) fn limited(route: &str, limit: &'static str) {
+    if !RECORDS {
+        return;
+    }
     metrics::counter!(LIMITED, "route" => route.to_owned(), "limit" => limit).increment(1);
 }
 
 /// Counts one request admitted unlimited because the limit table was full.
-#[cfg(feature = "limits")]
 pub(crate) fn limit_table_full() {
+    if !RECORDS {
+        return;
+    }
     metrics::counter!("idempotency_limit_table_full_total").increment(1);
 }
 

@@ -3,6 +3,12 @@
 
 use idemgate_core::problem;
 use serde_json::{json, Value};
+use utoipa::openapi::extensions::{Extensions, ExtensionsBuilder};
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{
+    AllOfBuilder, Components, ComponentsBuilder, Content, ContentBuilder, Header, HeaderBuilder,
+    ObjectBuilder, Ref, RefOr, Required, Response, ResponseBuilder, SchemaFormat, Type,
+};
 
 use crate::policy::{Policy, RoutePolicy};
 use crate::principal::PrincipalSource;
@@ -42,58 +48,84 @@ pub(super) fn header_title(name: &str) -> String {
 }
 
 /// The shared components: the problem schema and the headers.
-pub(super) fn components() -> Value {
-    json!({
-        "schemas": {
-            PROBLEM_SCHEMA: {
-                "type": "object",
-                "description": "An RFC 9457 problem details object. Branch on `type`, never on `title` or `detail`.",
-                "required": ["type", "title", "status"],
-                "properties": {
-                    "type": {"type": "string", "format": "uri-reference", "description": "The problem type: the base (`problem_type_base`) and a section name of docs/errors.md."},
-                    "title": {"type": "string"},
-                    "status": {"type": "integer", "minimum": 100, "maximum": 599},
-                    "detail": {"type": "string"},
-                    "instance": {"type": "string"}
-                }
-            }
-        },
-        "headers": {
-            RETRY_AFTER: {
-                "description": "Seconds to wait before retrying with the same key (delta-seconds, RFC 9110 §10.2.3).",
-                "required": true,
-                "schema": {"type": "integer", "minimum": 0}
-            },
-            REPLAYED: {
-                "description": "`true` on a response replayed from the stored record: the operation ran once, before this request. Absent on the first (fresh) response.",
-                "schema": {"type": "string", "enum": ["true"]}
-            },
-            LIFETIME: {
-                "description": "How long the record of this idempotency key is kept, in seconds from the key's first request (the route's record TTL): retries within it get the stored response. Sent on fresh and replayed keyed responses when the route enables it.",
-                "schema": {"type": "integer", "minimum": 1}
-            }
-        }
-    })
+pub(super) fn components() -> Components {
+    let string = || ObjectBuilder::new().schema_type(Type::String);
+    let integer = |min: i32| {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(min))
+    };
+    let about =
+        "An RFC 9457 problem details object. Branch on `type`, never on `title` or `detail`.";
+    let kind =
+        "The problem type: the base (`problem_type_base`) and a section name of docs/errors.md.";
+    let uri = SchemaFormat::Custom("uri-reference".into());
+    let problem = ObjectBuilder::new()
+        .description(Some(about))
+        .required("type")
+        .required("title")
+        .required("status")
+        .property("type", string().format(Some(uri)).description(Some(kind)))
+        .property("title", string())
+        .property("status", integer(100).maximum(Some(599)))
+        .property("detail", string())
+        .property("instance", string());
+    let mut components = ComponentsBuilder::new().schema(PROBLEM_SCHEMA, problem);
+    for (name, required, schema, description) in [
+        (
+            RETRY_AFTER,
+            true,
+            integer(0),
+            "Seconds to wait before retrying with the same key (delta-seconds, RFC 9110 §10.2.3).",
+        ),
+        (
+            REPLAYED,
+            false,
+            string().enum_values(Some(["true"])),
+            "`true` on a response replayed from the stored record: the operation ran once, before this request. Absent on the first (fresh) response.",
+        ),
+        (
+            LIFETIME,
+            false,
+            integer(1),
+            "How long the record of this idempotency key is kept, in seconds from the key's first request (the route's record TTL): retries within it get the stored response. Sent on fresh and replayed keyed responses when the route enables it.",
+        ),
+    ] {
+        // utoipa 6's `Header` has no `required`; its extensions are written as they are.
+        let required = required.then(|| Extensions::from_iter([("required", true)]));
+        let header = HeaderBuilder::new()
+            .description(Some(description))
+            .schema(Some(schema))
+            .extensions(required);
+        components = components.header(name, header.build());
+    }
+    components.build()
 }
 
 /// The key header parameter of a route.
-pub(super) fn key_parameter(policy: &Policy, route: &RoutePolicy) -> Value {
+pub(super) fn key_parameter(policy: &Policy, route: &RoutePolicy) -> Parameter {
     let (min, max) = policy.key_len;
     let required = if route.key_required {
         "Required: a request without it gets `400` `missing-key`."
     } else {
         "Optional: a request without it is forwarded as it is, with no protection against duplicates."
     };
-    json!({
-        "name": header_title(policy.header_name.as_str()),
-        "in": "header",
-        "required": route.key_required,
-        "description": format!(
+    ParameterBuilder::new()
+        .name(header_title(policy.header_name.as_str()))
+        .parameter_in(ParameterIn::Header)
+        .required(if route.key_required { Required::True } else { Required::False })
+        .description(Some(format!(
             "A unique key per logical operation (a UUID v4), sent again unchanged on every retry of that operation; the first request runs once and retries get its stored response. {required} {min} to {max} printable ASCII characters, compared byte for byte; an RFC 8941 sf-string (`\"...\"`) is accepted too and unquoted first. Records are scoped to the caller, the route and the key. See {DRAFT}."
-        ),
-        "schema": {"type": "string", "minLength": min, "maxLength": max, "pattern": KEY_PATTERN},
-        "example": "5d1c3f0e-8a2b-4c6d-9e7f-0a1b2c3d4e5f"
-    })
+        )))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(min))
+                .max_length(Some(max))
+                .pattern(Some(KEY_PATTERN)),
+        ))
+        .example(Some("5d1c3f0e-8a2b-4c6d-9e7f-0a1b2c3d4e5f".into()))
+        .build()
 }
 
 /// The problems one route can answer by itself, grouped by status, in status order.
@@ -159,19 +191,20 @@ pub(super) fn problems(
 }
 
 /// The problem+json media type of `anchors`, its schema naming their `type` URIs.
-pub(super) fn problem_media(policy: &Policy, anchors: &[&str]) -> Value {
-    let types: Vec<String> = anchors
+fn problem_media(policy: &Policy, anchors: &[&str]) -> Content {
+    let types = anchors
         .iter()
-        .map(|a| problem::type_uri(&policy.problem_type_base, a))
-        .collect();
-    json!({
-        "schema": {
-            "allOf": [
-                {"$ref": format!("#/components/schemas/{PROBLEM_SCHEMA}")},
-                {"type": "object", "properties": {"type": {"type": "string", "enum": types}}}
-            ]
-        }
-    })
+        .map(|a| problem::type_uri(&policy.problem_type_base, a));
+    let named = ObjectBuilder::new().property(
+        "type",
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(types)),
+    );
+    let schema = AllOfBuilder::new()
+        .item(Ref::from_schema_name(PROBLEM_SCHEMA))
+        .item(named);
+    ContentBuilder::new().schema(Some(schema)).build()
 }
 
 /// What a status of idemgate's own answers means for the client.
@@ -193,13 +226,19 @@ fn status_note(status: u16) -> &'static str {
 }
 
 /// The response object of one status of idemgate's own answers.
-pub(super) fn problem_response(policy: &Policy, status: u16, anchors: &[&str]) -> Value {
-    let mut response = json!({
-        "description": format!("idemgate: {} Problem types: {}.", status_note(status), anchors.join(", ")),
-        "content": {"application/problem+json": problem_media(policy, anchors)},
-        // Marks a response idemgate wrote alone (never replayed), so a second merge leaves it.
-        PROBLEMS_MARK: anchors
-    });
+pub(super) fn problem_response(policy: &Policy, status: u16, anchors: &[&str]) -> Response {
+    let description = format!(
+        "idemgate: {} Problem types: {}.",
+        status_note(status),
+        anchors.join(", ")
+    );
+    // Marks a response idemgate wrote alone (never replayed), so a second merge leaves it.
+    let mark = ExtensionsBuilder::new().add(PROBLEMS_MARK, anchors);
+    let mut response = ResponseBuilder::new()
+        .description(description)
+        .content("application/problem+json", problem_media(policy, anchors))
+        .extensions(Some(mark.build()))
+        .build();
     let retry_after = anchors.iter().any(|a| {
         matches!(
             *a,
@@ -207,22 +246,25 @@ pub(super) fn problem_response(policy: &Policy, status: u16, anchors: &[&str]) -
         )
     });
     if retry_after {
-        response["headers"] =
-            json!({"Retry-After": {"$ref": format!("#/components/headers/{RETRY_AFTER}")}});
+        response
+            .headers
+            .insert("Retry-After".into(), header_ref(RETRY_AFTER));
     }
     response
 }
 
+/// A reference to a header component.
+fn header_ref(name: &str) -> RefOr<Header> {
+    RefOr::Ref(Ref::new(format!("#/components/headers/{name}")))
+}
+
 /// The headers idemgate adds to the API's own (stored, replayable) responses of a route.
-pub(super) fn replay_headers(route: &RoutePolicy) -> Vec<(&'static str, Value)> {
-    let mut out = vec![(
-        "Idempotent-Replayed",
-        json!({"$ref": format!("#/components/headers/{REPLAYED}")}),
-    )];
+pub(super) fn replay_headers(route: &RoutePolicy) -> Vec<(&'static str, RefOr<Header>)> {
+    let mut out = vec![("Idempotent-Replayed", header_ref(REPLAYED))];
     if route.record_ttl_header {
         out.push((
             crate::replay::IDEMPOTENCY_KEY_LIFETIME_TITLE,
-            json!({"$ref": format!("#/components/headers/{LIFETIME}")}),
+            header_ref(LIFETIME),
         ));
     }
     out

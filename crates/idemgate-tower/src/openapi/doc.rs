@@ -73,60 +73,13 @@ impl Doc {
     }
 }
 
-/// The order in which OpenAPI documents usually list these members; others follow in their
-/// own order.
-const USUAL_ORDER: [&str; 24] = [
-    "openapi",
-    "info",
-    "$ref",
-    "name",
-    "in",
-    "summary",
-    "description",
-    "required",
-    "deprecated",
-    "type",
-    "format",
-    "enum",
-    "minimum",
-    "maximum",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "allOf",
-    "properties",
-    "schema",
-    "example",
-    "headers",
-    "content",
-    "responses",
-];
-
 impl Doc {
-    /// A generated value with its members in the order API descriptions usually have them
-    /// (`name`, `in`, `required`, `description`, `schema`, ...), since `serde_json::Value`
-    /// sorts them.
-    pub fn generated(v: serde_json::Value) -> Self {
-        let mut doc = Doc::from(v);
-        doc.order_members();
-        doc
-    }
-
-    fn order_members(&mut self) {
-        match self {
-            Doc::Object(m) => {
-                let rank = |k: &str| {
-                    USUAL_ORDER
-                        .iter()
-                        .position(|o| *o == k)
-                        .unwrap_or(usize::MAX)
-                };
-                m.sort_by(|a, _, b, _| rank(a).cmp(&rank(b)));
-                m.values_mut().for_each(Doc::order_members);
-            }
-            Doc::Array(a) => a.iter_mut().for_each(Doc::order_members),
-            _ => {}
-        }
+    /// A part built with utoipa's types, its members in the order utoipa writes them (through
+    /// text: a `serde_json::Value` would sort them).
+    pub(super) fn of<T: Serialize>(part: &T) -> Self {
+        serde_json::to_string(part)
+            .and_then(|text| serde_json::from_str(&text))
+            .expect("utoipa's types serialize to JSON")
     }
 }
 

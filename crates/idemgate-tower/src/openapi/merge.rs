@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 
 use http::{Method, StatusCode};
+use utoipa::openapi::{Header, HeaderBuilder, ObjectBuilder, RefOr, Response, Type};
 
 use super::describe;
 use super::doc::Doc;
@@ -167,7 +168,7 @@ pub(super) fn apply(
                     .is_some_and(|n| n.eq_ignore_ascii_case(header));
             !is_key
         });
-        list.insert(0, Doc::generated(describe::key_parameter(policy, route)));
+        list.insert(0, Doc::of(&describe::key_parameter(policy, route)));
     }
     let responses = m.entry("responses".to_owned()).or_insert_with(Doc::object);
     if let Some(responses) = responses.as_object_mut() {
@@ -178,19 +179,19 @@ pub(super) fn apply(
             }
         }
         for (status, anchors) in describe::problems(contract, route) {
-            let ours = Doc::generated(describe::problem_response(policy, status, &anchors));
+            let ours = describe::problem_response(policy, status, &anchors);
             match responses.get_mut(&status.to_string()) {
                 None => {
-                    responses.insert(status.to_string(), ours);
+                    responses.insert(status.to_string(), Doc::of(&ours));
                 }
-                Some(theirs) => combine(theirs, ours, policy, &anchors),
+                Some(theirs) => combine(theirs, ours),
             }
         }
         responses.sort_by(|a, _, b, _| status_order(a).cmp(&status_order(b)));
     }
     m.insert(
         "x-idempotency".into(),
-        Doc::generated(describe::extension(policy, route, template)),
+        Doc::from(describe::extension(policy, route, template)),
     );
 }
 
@@ -219,7 +220,7 @@ fn replayable(route: &RoutePolicy, status: &str) -> bool {
 }
 
 /// Adds `headers` to a response object (not to a `$ref`), keeping any already there.
-fn add_headers(response: &mut Doc, headers: Vec<(&'static str, serde_json::Value)>) {
+fn add_headers(response: &mut Doc, headers: Vec<(&'static str, RefOr<Header>)>) {
     if response.get("$ref").is_some() {
         return;
     }
@@ -229,34 +230,30 @@ fn add_headers(response: &mut Doc, headers: Vec<(&'static str, serde_json::Value
     else {
         return;
     };
-    for (name, value) in headers {
+    for (name, header) in headers {
         if !list.keys().any(|k| k.eq_ignore_ascii_case(name)) {
-            list.insert(name.to_owned(), Doc::generated(value));
+            list.insert(name.to_owned(), Doc::of(&header));
         }
     }
 }
 
 /// The API documents a status idemgate answers too: its own answers stay, idemgate's are
 /// added as a problem+json alternative (`anyOf` when both use that media type).
-fn combine(theirs: &mut Doc, ours: Doc, policy: &crate::Policy, anchors: &[&str]) {
+fn combine(theirs: &mut Doc, ours: Response) {
     if theirs.get("$ref").is_some() {
         return;
     }
     let Some(t) = theirs.as_object_mut() else {
         return;
     };
-    let note = ours
-        .get("description")
-        .and_then(Doc::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let note = ours.description;
     let description = match t.get("description").and_then(Doc::as_str) {
         Some(d) if d.contains(&note) => d.to_owned(),
         Some(d) => format!("{d}\n\n{note}"),
         None => note,
     };
     t.insert("description".into(), Doc::String(description));
-    let media = Doc::generated(describe::problem_media(policy, anchors));
+    let media = Doc::of(&ours.content["application/problem+json"]);
     if let Some(content) = theirs.entry_object("content").and_then(Doc::as_object_mut) {
         match content.get_mut("application/problem+json") {
             None => {
@@ -277,14 +274,14 @@ fn combine(theirs: &mut Doc, ours: Doc, policy: &crate::Policy, anchors: &[&str]
         }
     }
     // The API's own answer with this status may come without it: not required here.
-    if let Some(Doc::Object(h)) = ours.get("headers") {
-        if h.contains_key("Retry-After") {
-            let optional = serde_json::json!({
-                "description": "On idemgate's answers: seconds to wait before retrying with the same key (RFC 9110 §10.2.3).",
-                "schema": {"type": "integer", "minimum": 0}
-            });
-            add_headers(theirs, vec![("Retry-After", optional)]);
-        }
+    if ours.headers.contains_key("Retry-After") {
+        let about = "On idemgate's answers: seconds to wait before retrying with the same key (RFC 9110 §10.2.3).";
+        let optional = HeaderBuilder::new().description(Some(about)).schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(0)),
+        ));
+        add_headers(theirs, vec![("Retry-After", RefOr::T(optional.build()))]);
     }
 }
 

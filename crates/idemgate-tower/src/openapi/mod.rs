@@ -25,14 +25,14 @@
 mod describe;
 mod doc;
 mod merge;
-#[cfg(feature = "utoipa")]
 mod utoipa;
 
 pub use doc::Doc;
 pub use merge::{MergeError, MergeReport};
-#[cfg(feature = "utoipa")]
 pub use utoipa::UtoipaError;
 
+use ::utoipa::openapi::path::{OperationBuilder, Parameter, ParameterBuilder, ParameterIn};
+use ::utoipa::openapi::{InfoBuilder, Object, OpenApiBuilder, Required, Response, Type};
 use http::Method;
 
 use crate::policy::{Policy, RoutePolicy};
@@ -61,28 +61,26 @@ impl<'a> Contract<'a> {
     /// components, and the default policy of covered requests matching no route as a
     /// top-level `x-idempotency`.
     pub fn fragment(&self) -> Doc {
-        let mut doc = Doc::generated(serde_json::json!({
-            "openapi": "3.1.0",
-            "info": {
-                "title": "Idempotency contract",
-                "version": env!("CARGO_PKG_VERSION"),
-                "description": format!(
-                    "The Idempotency-Key contract of the covered routes, as idemgate enforces it ({}). Merge it into the API's own description with `idemgate openapi --merge`.",
-                    describe::DRAFT
-                )
-            },
-            "paths": {}
-        }));
+        let info = InfoBuilder::new()
+            .title("Idempotency contract")
+            .version(env!("CARGO_PKG_VERSION"))
+            .description(Some(format!(
+                "The Idempotency-Key contract of the covered routes, as idemgate enforces it ({}). Merge it into the API's own description with `idemgate openapi --merge`.",
+                describe::DRAFT
+            )));
+        let mut doc = Doc::of(&OpenApiBuilder::new().info(info).build());
+        let theirs =
+            "The API's own response, stored and replayed to every retry with the same key.";
         for (template, route) in self.policy.routes() {
             let Some((method, path)) = template.split_once(' ') else {
                 continue;
             };
             let (path, params) = openapi_path(path);
-            let mut op = Doc::generated(serde_json::json!({
-                "summary": format!("{template} (covered by idemgate)"),
-                "parameters": params,
-                "responses": {"default": {"description": "The API's own response, stored and replayed to every retry with the same key."}}
-            }));
+            let op = OperationBuilder::new()
+                .summary(Some(format!("{template} (covered by idemgate)")))
+                .parameters(Some(params))
+                .response("default", Response::new(theirs));
+            let mut op = Doc::of(&op.build());
             self.apply(&mut op, route, Some(template));
             if let Some(item) = doc
                 .entry_object("paths")
@@ -95,7 +93,7 @@ impl<'a> Contract<'a> {
         }
         self.add_components(&mut doc);
         if let Some(m) = doc.as_object_mut() {
-            m.insert("x-idempotency".into(), self.default_extension());
+            m.insert("x-idempotency".into(), Doc::from(self.default_extension()));
         }
         doc
     }
@@ -122,19 +120,20 @@ impl<'a> Contract<'a> {
         let Some(components) = doc.entry_object("components") else {
             return;
         };
-        if let Doc::Object(ours) = Doc::generated(describe::components()) {
-            for (kind, named) in ours {
-                let Some(section) = components.entry_object(&kind) else {
-                    continue;
-                };
-                if let (Some(section), Doc::Object(named)) = (section.as_object_mut(), named) {
-                    section.extend(named);
-                }
+        let Doc::Object(ours) = Doc::of(&describe::components()) else {
+            return;
+        };
+        for (kind, named) in ours {
+            let Some(section) = components.entry_object(&kind) else {
+                continue;
+            };
+            if let (Some(section), Doc::Object(named)) = (section.as_object_mut(), named) {
+                section.extend(named);
             }
         }
     }
 
-    fn default_extension(&self) -> Doc {
+    fn default_extension(&self) -> serde_json::Value {
         let mut ext = describe::extension(self.policy, self.policy.default_route(), None);
         ext["methods"] = self
             .policy
@@ -144,12 +143,12 @@ impl<'a> Contract<'a> {
             .collect::<Vec<_>>()
             .into();
         ext["appliesTo"] = "covered requests that match no configured route".into();
-        Doc::generated(ext)
+        ext
     }
 }
 
 /// An OpenAPI path and its path parameters from a route template's path.
-fn openapi_path(template: &str) -> (String, Vec<serde_json::Value>) {
+fn openapi_path(template: &str) -> (String, Vec<Parameter>) {
     let mut params = Vec::new();
     let path = template
         .split('/')
@@ -165,10 +164,15 @@ fn openapi_path(template: &str) -> (String, Vec<serde_json::Value>) {
                     } else {
                         "A path segment."
                     };
-                    params.push(serde_json::json!({
-                        "name": name, "in": "path", "required": true,
-                        "description": description, "schema": {"type": "string"}
-                    }));
+                    params.push(
+                        ParameterBuilder::new()
+                            .name(name)
+                            .parameter_in(ParameterIn::Path)
+                            .required(Required::True)
+                            .description(Some(description))
+                            .schema(Some(Object::with_type(Type::String)))
+                            .build(),
+                    );
                     format!("{{{name}}}")
                 }
                 _ => seg.to_owned(),

@@ -136,7 +136,6 @@ fn merge_under_a_server_path() {
     assert!(report.unmatched_routes.is_empty());
 }
 
-#[cfg(feature = "utoipa")]
 #[test]
 fn a_utoipa_document_keeps_every_part_of_the_contract() {
     use ::utoipa::openapi::path::{HttpMethod, OperationBuilder, PathItem, PathsBuilder};

@@ -1,4 +1,4 @@
-//! The contract added to a [`utoipa`] OpenAPI document (feature `utoipa`).
+//! The contract added to a [`utoipa`] OpenAPI document.
 
 use utoipa::openapi::OpenApi;
 

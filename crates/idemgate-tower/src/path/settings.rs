@@ -1,7 +1,7 @@
 //! The settings of route matching: per route [`TrailingSlash`] and [`EncodedSlash`]
 //! (with `RoutePolicy::case_insensitive`), for the whole policy [`ForwardPath`] and
-//! [`Unmatched`]. Each parses from (`FromStr`, `Deserialize`) and displays as its
-//! configuration spelling.
+//! [`Unmatched`]. Each parses from (`FromStr`, `Deserialize`) and displays (`Display`,
+//! `Serialize`) as its configuration spelling.
 
 use std::fmt;
 use std::str::FromStr;
@@ -35,6 +35,12 @@ macro_rules! setting {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
             }
         }
 

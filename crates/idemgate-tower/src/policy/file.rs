@@ -30,7 +30,7 @@ use crate::principal::{PrincipalHashKey, PrincipalSource};
 
 /// One `[[routes]]` entry or the `[defaults]` table: [`RoutePolicy`]'s keys, and the ones
 /// [`Policy::with_route_tables`] resolves after the deserialize.
-#[derive(Debug, Default, PartialEq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RouteEntry {
@@ -41,12 +41,14 @@ pub struct RouteEntry {
     /// `"jwt:CLAIM"` (a claim of the verified bearer token).
     #[serde(default)]
     pub principal: Option<String>,
-    /// Keyed requests of one principal on the route in flight at once; over it `429`.
-    /// 0 (the default): off.
+    /// Keyed requests of one principal on the route in flight at once (until its forwarded
+    /// call and outcome write end, even if the client left); over it `429`
+    /// (`principal-limited`). 0 (the default): off.
     #[serde(default)]
     pub max_in_flight_per_principal: u32,
     /// New keys per second of one principal on the route (a token bucket; fractions
-    /// allowed); over it `429`. 0 (the default): off.
+    /// allowed); over it `429` with `Retry-After`, nothing stored or forwarded; a replay,
+    /// `409` or `422` gives its token back. 0 (the default): off.
     #[serde(default)]
     pub new_keys_per_second_per_principal: f64,
     /// The bucket's size: new keys one principal may send at once. 0 (the default): one
@@ -230,6 +232,9 @@ fn resolve(
             humantime::format_duration(record_ttl),
             humantime::format_duration(lease_ttl)
         ));
+    }
+    for (list, problem) in policy.status_rules().unreachable() {
+        errs.push(format!("{field}.{list}: {problem}"));
     }
     policy.principal = principal(field, entry.principal.as_deref(), principals, errs);
     policy.limits = limits(field, &entry, errs);

@@ -19,7 +19,7 @@ const SNIPPETS: &[&str] = &[
     "[defaults]\nmax_body_bytes = 1000\n[[routes]]\nroute = \"POST /a\"\nmax_decoded_body_bytes = 1500\n[[routes]]\nroute = \"POST /b\"\nmax_body_bytes = 300\n",
     "[defaults]\nrecord_ttl = \"1h\"\nkey_required = true\nfail_open = true\n[[routes]]\nroute = \"POST  /a\"\nlease_ttl = \"30s\"\n",
     "[defaults]\ntrailing_slash = \"same\"\nencoded_slash = \"keep\"\ncase_insensitive = true\n[[routes]]\nroute = \"POST /charges\"\ntrailing_slash = \"refuse\"\n[[routes]]\nroute = \"POST /projects/{id}\"\nencoded_slash = \"refuse\"\ncase_insensitive = false\n",
-    "[defaults]\nstore_statuses = [\"2xx\", \"409\"]\nrelease_statuses = [\"503\"]\nfail_statuses = [\"5xx\", \"4xx\"]\nignore_json_pointers = [\"/client_ts\", \"/meta/trace_id\"]\nfingerprint_headers = [\"x-tenant\"]\nreplay_deny_headers = [\"x-request-id\"]\nallow_anonymous = true\nretry_failed = true\nmax_stored_response_bytes = 2048\n",
+    "[defaults]\nstore_statuses = [\"2xx\", \"409\"]\nrelease_statuses = [\"503\"]\nfail_statuses = [\"5xx\", \"404\"]\nignore_json_pointers = [\"/client_ts\", \"/meta/trace_id\"]\nfingerprint_headers = [\"x-tenant\"]\nreplay_deny_headers = [\"x-request-id\"]\nallow_anonymous = true\nretry_failed = true\nmax_stored_response_bytes = 2048\n",
     "[defaults]\nmax_in_flight_per_principal = 2\nnew_keys_per_second_per_principal = 0.5\nnew_keys_burst_per_principal = 3\n[[routes]]\nroute = \"POST /x\"\nnew_keys_per_second_per_principal = 5\n[[routes]]\nroute = \"PUT /y/{*rest}\"\nmax_in_flight_per_principal = 0\nnew_keys_per_second_per_principal = 0\nnew_keys_burst_per_principal = 0\n",
     "[defaults]\nmax_lease = \"5m\"\nmax_decoded_body_bytes = 77\n[[routes]]\nroute = \"PATCH /z\"\nmax_body_bytes = 10\n",
     // Errors: the fields named.
@@ -31,6 +31,8 @@ const SNIPPETS: &[&str] = &[
     "[defaults]\nignore_json_pointers = [\"client_ts\"]\nfingerprint_headers = [\"bad header\"]\nmax_stored_response_bytes = 999999999999\n[[routes]]\nroute = \"POST /a\"\nmax_decoded_body_bytes = 0\nnew_keys_burst_per_principal = 3\n[[routes]]\nroute = \"POST /b\"\nnew_keys_per_second_per_principal = -1\n",
     "[[routes]]\nroute = \"POST /a\"\n[[routes]]\nroute = \"POST  /a\"\n[[routes]]\nkey_required = true\n[[routes]]\nroute = \"POST /{id\"\nprincipal = \"jwt:sub\"\n",
     "[defaults]\nroute = \"POST /x\"\n",
+    // A status an earlier list already matches (503 released, not failed: run again).
+    "[[routes]]\nroute = \"POST /charges\"\nfail_statuses = [\"5xx\", \"503\"]\n",
 ];
 
 fn dump(text: &str) -> String {
