@@ -139,6 +139,12 @@ pub struct RoutePolicy {
     /// from the key's first request) on fresh and replayed keyed responses whose status is
     /// stored. Defaults to false.
     pub record_ttl_header: bool,
+    /// The `Retry-After` of `409 request-in-flight` (RFC 9110 §10.2.3; whole seconds, rounded
+    /// up, 1 s to 1 h): when a duplicate of a request that still runs should ask again.
+    /// Raise it on slow operations so that retrying clients and meshes poll less. Defaults
+    /// to 1 s.
+    #[serde(with = "de::duration")]
+    pub in_flight_retry_after: Duration,
     /// What a path that differs from this route's template only by a trailing `/` means:
     /// `"refuse"` ([`TrailingSlash::Refuse`], the default): `400 ambiguous-path`; or
     /// `"same"` ([`TrailingSlash::Same`]): this route. On the default route: whether an unmatched path with a
@@ -180,6 +186,7 @@ impl Default for RoutePolicy {
             replay_deny_headers: vec![http::header::SET_COOKIE, http::header::DATE],
             limits: Default::default(),
             record_ttl_header: false,
+            in_flight_retry_after: Duration::from_secs(1),
             trailing_slash: TrailingSlash::Refuse,
             encoded_slash: EncodedSlash::Refuse,
             case_insensitive: false,

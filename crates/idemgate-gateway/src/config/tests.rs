@@ -342,3 +342,21 @@ fn every_bad_entry_of_a_list_is_named() {
         .unwrap_or_else(|| panic!("{errs:#?}"));
     assert!(line.contains("`600`") && line.contains("`abc`"), "{line}");
 }
+
+#[test]
+fn in_flight_retry_after_is_bounded() {
+    for bad in ["0s", "500ms", "2h"] {
+        let errs = parse(&format!(
+            "upstream = \"http://127.0.0.1:3000\"\n[defaults]\nin_flight_retry_after = \"{bad}\"\n"
+        ))
+        .validate()
+        .unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("defaults.in_flight_retry_after:")),
+            "{bad}: {errs:#?}"
+        );
+    }
+    let ok = "upstream = \"http://127.0.0.1:3000\"\n[defaults]\nin_flight_retry_after = \"30s\"\n";
+    assert!(parse(ok).validate().is_ok());
+}

@@ -77,3 +77,36 @@ async fn defaults_turn_it_on_for_every_covered_request() {
     assert_eq!(resp.headers()[LIFETIME], "7200");
     gw.stop().await;
 }
+
+/// `in_flight_retry_after`: the `Retry-After` of `409 request-in-flight`, per route.
+#[tokio::test]
+async fn a_slow_route_asks_duplicates_to_come_back_later() {
+    let up = upstream().await;
+    let gw = gateway(&up.base, "memory://", |c| {
+        c.routes
+            .push(RouteTable::route("POST /payments").with("in_flight_retry_after", "5s"));
+    })
+    .await;
+    let k = key();
+    let first = tokio::spawn(post(&gw.base, "/payments?delay_ms=800", Some(&k), "{}").send());
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let dup = post(&gw.base, "/payments?delay_ms=800", Some(&k), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dup.status(), 409);
+    assert_eq!(dup.headers()["retry-after"], "5");
+    // Another route keeps the default.
+    let other = key();
+    let slow = tokio::spawn(post(&gw.base, "/refunds?delay_ms=800", Some(&other), "{}").send());
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let dup = post(&gw.base, "/refunds?delay_ms=800", Some(&other), "{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dup.status(), 409);
+    assert_eq!(dup.headers()["retry-after"], "1");
+    assert_eq!(first.await.unwrap().unwrap().status(), 201);
+    assert_eq!(slow.await.unwrap().unwrap().status(), 201);
+    assert_eq!(up.count(), 2);
+}

@@ -39,7 +39,10 @@ fn rejection_for(answer: Answer, rp: &RoutePolicy) -> IdempotencyRejection {
             detail,
         },
         Answer::InFlight { retry_after_ms } => IdempotencyRejection::RequestInFlight {
-            retry_after_secs: retry_after_ms.div_ceil(1000).max(1),
+            retry_after_secs: retry_after_ms
+                .max(rp.in_flight_retry_after.as_millis() as u64)
+                .div_ceil(1000)
+                .max(1),
         },
         Answer::Mismatch => IdempotencyRejection::FingerprintMismatch {
             status: rp.mismatch_status,

@@ -233,6 +233,12 @@ fn resolve(
             humantime::format_duration(lease_ttl)
         ));
     }
+    let retry_after = policy.in_flight_retry_after;
+    if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&retry_after) {
+        errs.push(format!(
+            "{field}.in_flight_retry_after: must be from 1s to 1h"
+        ));
+    }
     for (list, problem) in policy.status_rules().unreachable() {
         errs.push(format!("{field}.{list}: {problem}"));
     }

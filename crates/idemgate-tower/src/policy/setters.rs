@@ -57,6 +57,7 @@ setters! {
     with_replay_deny_headers => replay_deny_headers: Vec<HeaderName>,
     with_limits => limits: PrincipalLimits,
     with_record_ttl_header => record_ttl_header: bool,
+    with_in_flight_retry_after => in_flight_retry_after: Duration,
     with_trailing_slash => trailing_slash: TrailingSlash,
     with_encoded_slash => encoded_slash: EncodedSlash,
     with_case_insensitive => case_insensitive: bool,
