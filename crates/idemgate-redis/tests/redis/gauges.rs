@@ -57,6 +57,19 @@ impl Drop for Filler {
     }
 }
 
+/// `n` completed records (10-byte bodies) in `s`.
+async fn completed(s: &common::TestStore, n: u64) {
+    for _ in 0..n {
+        let k = unique_key("alice");
+        let lease = inserted(
+            s.insert_or_get(&request(&k, fp(1), DAY / 2, DAY))
+                .await
+                .unwrap(),
+        );
+        s.complete(&lease, &response(10)).await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_database_is_counted_exactly_and_foreign_keys_are_skipped() {
     let Some(s) = common::fresh_store().await else {
@@ -109,15 +122,7 @@ async fn a_large_database_is_sampled() {
     };
     let url = common::url().unwrap();
     const MINE: u64 = 3000;
-    for _ in 0..MINE {
-        let k = unique_key("alice");
-        let lease = inserted(
-            s.insert_or_get(&request(&k, fp(1), DAY / 2, DAY))
-                .await
-                .unwrap(),
-        );
-        s.complete(&lease, &response(10)).await.unwrap();
-    }
+    completed(&s, MINE).await;
     let _filler = Filler::new(&url, SCAN_ALL_BELOW as usize + 5_000).await;
     let g = s.gauges().await.unwrap();
     assert!(g.approximate, "{g:?}");
@@ -137,15 +142,7 @@ async fn stats_count_exactly_past_the_sampling_size() {
     };
     let url = common::url().unwrap();
     const MINE: u64 = 300;
-    for _ in 0..MINE {
-        let k = unique_key("alice");
-        let lease = inserted(
-            s.insert_or_get(&request(&k, fp(1), DAY / 2, DAY))
-                .await
-                .unwrap(),
-        );
-        s.complete(&lease, &response(10)).await.unwrap();
-    }
+    completed(&s, MINE).await;
     // Two records edited behind the store's back: one without a state, one with a state
     // no reader knows. Both are corrupt and counted as unknown, not skipped.
     let mut conn = common::raw(&url).await;
