@@ -16,6 +16,18 @@
 //!        └──▶ mismatch | previous_failed | outcome_unknown | not_kept   (do not run)
 //! ```
 
+/// Declares wire bodies: each type derives `Clone`, `Debug`, `PartialEq`, `Eq` and serde's
+/// `Serialize` and `Deserialize` and, with the `openapi` feature, `utoipa::ToSchema`, besides
+/// the derives and attributes written on it.
+macro_rules! wire_types {
+    ($($(#[$attr:meta])* pub $kind:ident $name:ident $body:tt)*) => {$(
+        #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+        $(#[$attr])*
+        pub $kind $name $body
+    )*};
+}
+
 mod client;
 mod store;
 pub mod store_wire;

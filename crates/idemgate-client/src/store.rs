@@ -19,6 +19,8 @@ use idemgate_core::{
     IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
     ScopedKey, StoreError, StoredResponse, UnixMillis,
 };
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::client::{ClientError, KeyServiceClient};
 use crate::store_wire::*;
@@ -51,9 +53,20 @@ impl KeyServiceStore {
     pub fn client(&self) -> &KeyServiceClient {
         &self.client
     }
-}
 
-impl KeyServiceStore {
+    /// `POST {path}` with `body`; a failed call as its [`StoreError`].
+    async fn call<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R> {
+        self.client.post(path, body).await.map_err(store_error)
+    }
+
+    /// `POST {path}` with the lease alone (`fail`, `release`).
+    async fn post_lease(&self, path: &str, lease: &Lease) -> Result<()> {
+        let body = LeaseBody {
+            lease: lease_body(lease),
+        };
+        self.call(path, &body).await.map(|_: Done| ())
+    }
+
     async fn post_complete(
         &self,
         lease: &Lease,
@@ -109,11 +122,7 @@ impl IdempotencyStore for KeyServiceStore {
             lease_ttl_ms: ms(req.lease_ttl),
             record_ttl_ms: ms(req.record_ttl),
         };
-        let answer: InsertAnswer = self
-            .client
-            .post("/v1/store/insert_or_get", &body)
-            .await
-            .map_err(store_error)?;
+        let answer: InsertAnswer = self.call("/v1/store/insert_or_get", &body).await?;
         Ok(match answer {
             InsertAnswer::Inserted { lease } => {
                 let lease = lease
@@ -144,11 +153,7 @@ impl IdempotencyStore for KeyServiceStore {
             token: token_hex(token),
             lease_ttl_ms: ms(lease_ttl),
         };
-        let answer: TakeOverAnswer = self
-            .client
-            .post("/v1/store/take_over", &body)
-            .await
-            .map_err(store_error)?;
+        let answer: TakeOverAnswer = self.call("/v1/store/take_over", &body).await?;
         answer
             .lease
             .map(|l| l.to_core(seen.key.clone()))
@@ -161,11 +166,7 @@ impl IdempotencyStore for KeyServiceStore {
             lease: lease_body(lease),
             lease_ttl_ms: ms(lease_ttl),
         };
-        let answer: RenewAnswer = self
-            .client
-            .post("/v1/store/renew", &body)
-            .await
-            .map_err(store_error)?;
+        let answer: RenewAnswer = self.call("/v1/store/renew", &body).await?;
         Ok(answer.expires_at)
     }
 
@@ -197,38 +198,18 @@ impl IdempotencyStore for KeyServiceStore {
     }
 
     async fn fail(&self, lease: &Lease) -> Result<()> {
-        let body = LeaseBody {
-            lease: lease_body(lease),
-        };
-        let _: Done = self
-            .client
-            .post("/v1/store/fail", &body)
-            .await
-            .map_err(store_error)?;
-        Ok(())
+        self.post_lease("/v1/store/fail", lease).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<()> {
-        let body = LeaseBody {
-            lease: lease_body(lease),
-        };
-        let _: Done = self
-            .client
-            .post("/v1/store/release", &body)
-            .await
-            .map_err(store_error)?;
-        Ok(())
+        self.post_lease("/v1/store/release", lease).await
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
         let body = GetBody {
             key: StoreKey::from_core(key),
         };
-        let answer: GetAnswer = self
-            .client
-            .post("/v1/store/get", &body)
-            .await
-            .map_err(store_error)?;
+        let answer: GetAnswer = self.call("/v1/store/get", &body).await?;
         answer
             .record
             .map(|r| r.to_core(key.clone()))
@@ -240,21 +221,13 @@ impl IdempotencyStore for KeyServiceStore {
     /// own schedule).
     async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {
         let body = PurgeBody { batch: batch.get() };
-        let answer: PurgeAnswer = self
-            .client
-            .post("/v1/store/purge", &body)
-            .await
-            .map_err(store_error)?;
+        let answer: PurgeAnswer = self.call("/v1/store/purge", &body).await?;
         Ok(answer.purged)
     }
 
     async fn ping(&self) -> Result<()> {
-        let _: Done = self
-            .client
-            .get("/v1/store/ping")
-            .await
-            .map_err(store_error)?;
-        Ok(())
+        let answer = self.client.get("/v1/store/ping").await;
+        answer.map(|_: Done| ()).map_err(store_error)
     }
 
     fn backend(&self) -> &'static str {

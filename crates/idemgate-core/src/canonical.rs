@@ -68,42 +68,34 @@ enum Json<'a> {
 }
 
 /// Removes the value a JSON Pointer (RFC 6901) names: an object member or an array element.
-fn remove_pointer(value: &mut Json<'_>, pointer: &str) {
-    let Some(rest) = pointer.strip_prefix('/') else {
-        return;
-    };
-    let tokens: Vec<String> = rest
+/// `None` when it names nothing.
+fn remove_pointer(value: &mut Json<'_>, pointer: &str) -> Option<()> {
+    let tokens: Vec<String> = pointer
+        .strip_prefix('/')?
         .split('/')
         .map(|t| t.replace("~1", "/").replace("~0", "~"))
         .collect();
-    let Some((last, parents)) = tokens.split_last() else {
-        return;
-    };
+    let (last, parents) = tokens.split_last()?;
     let mut at = value;
     for token in parents {
         at = match at {
-            Json::Object(members) => match members.iter_mut().find(|(k, _)| k == token) {
-                Some((_, v)) => v,
-                None => return,
-            },
-            Json::Array(items) => {
-                match token.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
-                    Some(v) => v,
-                    None => return,
-                }
-            }
-            _ => return,
-        };
+            Json::Object(members) => members
+                .iter_mut()
+                .find(|(k, _)| k == token)
+                .map(|m| &mut m.1),
+            Json::Array(items) => token.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
+            _ => None,
+        }?;
     }
     match at {
         Json::Object(members) => members.retain(|(k, _)| k != last),
         Json::Array(items) => {
-            if let Some(i) = last.parse::<usize>().ok().filter(|&i| i < items.len()) {
-                items.remove(i);
-            }
+            let i = last.parse::<usize>().ok().filter(|&i| i < items.len())?;
+            items.remove(i);
         }
         _ => {}
     }
+    Some(())
 }
 
 /// Writes the canonical form: members sorted by UTF-16 code units (RFC 8785 §3.2.3),
@@ -185,52 +177,43 @@ impl<'a> Parser<'a> {
     }
 
     fn object(&mut self, depth: usize) -> Option<Json<'a>> {
-        self.i += 1;
         let mut names = Names::default();
-        let mut members = Vec::new();
-        self.ws();
-        if self.b.get(self.i) == Some(&b'}') {
-            self.i += 1;
-            return Some(Json::Object(members));
-        }
-        loop {
-            self.ws();
-            let name = self.string()?;
-            if !names.insert(name.clone()) {
-                return None;
-            }
-            self.ws();
-            self.i += 1; // ':'
-            let value = self.value(depth + 1)?;
-            members.push((name, value));
-            self.ws();
-            match *self.b.get(self.i)? {
-                b',' => self.i += 1,
-                _ => {
-                    self.i += 1; // '}'
-                    return Some(Json::Object(members));
-                }
-            }
-        }
+        self.items(b'}', |p| {
+            p.ws();
+            let name = p.string()?;
+            names.insert(name.clone()).then_some(())?;
+            p.ws();
+            p.i += 1; // ':'
+            Some((name, p.value(depth + 1)?))
+        })
+        .map(Json::Object)
     }
 
     fn array(&mut self, depth: usize) -> Option<Json<'a>> {
+        self.items(b']', |p| p.value(depth + 1)).map(Json::Array)
+    }
+
+    /// The items `item` reads between the opening bracket at `i` and `close`, separated by
+    /// commas.
+    fn items<T>(
+        &mut self,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
         self.i += 1;
         let mut items = Vec::new();
         self.ws();
-        if self.b.get(self.i) == Some(&b']') {
+        if self.b.get(self.i) == Some(&close) {
             self.i += 1;
-            return Some(Json::Array(items));
+            return Some(items);
         }
         loop {
-            items.push(self.value(depth + 1)?);
+            items.push(item(self)?);
             self.ws();
-            match *self.b.get(self.i)? {
-                b',' => self.i += 1,
-                _ => {
-                    self.i += 1; // ']'
-                    return Some(Json::Array(items));
-                }
+            let comma = *self.b.get(self.i)? == b',';
+            self.i += 1; // ',' or the closing bracket
+            if !comma {
+                return Some(items);
             }
         }
     }

@@ -64,13 +64,6 @@ pub enum Decision {
     PreviousFailed,
 }
 
-impl Decision {
-    /// True for the verdicts under which the request runs.
-    pub fn runs(self) -> bool {
-        matches!(self, Self::Insert | Self::Takeover)
-    }
-}
-
 /// Decides what a request with fingerprint `fp` does, given the stored `record` at `now`.
 ///
 /// Order (DESIGN.md contract table): an absent or expired record → `Insert`; a different

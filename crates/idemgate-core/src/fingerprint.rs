@@ -66,6 +66,7 @@
 //! ```
 
 use std::fmt;
+use std::io::Read;
 
 use sha2::{Digest, Sha256};
 
@@ -198,23 +199,74 @@ fn field(h: &mut Sha256, bytes: &[u8]) {
     h.update(bytes);
 }
 
-/// Method, route, path, query (in the canonical form of `pairs`, which depends on the
-/// version) and configured headers.
-fn request_line(h: &mut Sha256, input: &FingerprintInput<'_>, pairs: fn(&[u8]) -> Vec<u8>) {
-    field(h, input.method.as_bytes());
-    field(h, input.route.as_bytes());
-    field(h, input.path.as_bytes());
+/// The hash so far of a version's `tag`, then method, route, path, query (in the canonical
+/// form of `pairs`, which depends on the version) and configured headers.
+fn request_line(tag: &[u8], input: &FingerprintInput<'_>, pairs: fn(&[u8]) -> Vec<u8>) -> Sha256 {
+    let mut h = Sha256::new();
+    field(&mut h, tag);
+    field(&mut h, input.method.as_bytes());
+    field(&mut h, input.route.as_bytes());
+    field(&mut h, input.path.as_bytes());
     match input.query {
-        Some(q) => field(h, &pairs(q.as_bytes())),
-        None => field(h, b"\0no-query"),
+        Some(q) => field(&mut h, &pairs(q.as_bytes())),
+        None => field(&mut h, b"\0no-query"),
     }
     let mut headers: Vec<_> = input.headers.to_vec();
     headers.sort();
-    field(h, &(headers.len() as u64).to_be_bytes());
+    field(&mut h, &(headers.len() as u64).to_be_bytes());
     for (name, value) in headers {
-        field(h, name.as_bytes());
-        field(h, value);
+        field(&mut h, name.as_bytes());
+        field(&mut h, value);
     }
+    h
+}
+
+/// A version's reading of the body: the media field, and the canonical body (kind, bytes)
+/// or `None` for the bytes as received.
+type Form = (Vec<u8>, Option<(u8, Vec<u8>)>);
+
+/// The digest: `h`, then the content coding (`identity` once the body was `decoded`, else
+/// `Content-Encoding` as received: an encoding left undecoded is part of what the upstream
+/// reads), the media field and the canonical body that `form` gives, or `R` and the body.
+fn body_fields(
+    mut h: Sha256,
+    input: &FingerprintInput<'_>,
+    decoded: Option<&[u8]>,
+    form: impl FnOnce(&[u8]) -> Form,
+) -> [u8; 32] {
+    let body = decoded.unwrap_or(input.body);
+    let encoding = match (decoded, input.content_encoding) {
+        (None, Some(e)) => e.trim().as_bytes(),
+        _ => b"identity",
+    };
+    field(&mut h, encoding);
+    let (media, canonical) = form(body);
+    field(&mut h, &media);
+    let (kind, bytes) = canonical
+        .as_ref()
+        .map_or((b'R', body), |(kind, c)| (*kind, c.as_slice()));
+    field(&mut h, &[kind]);
+    field(&mut h, bytes);
+    h.finalize().into()
+}
+
+/// A `gzip`/`x-gzip` body (`None` for any other coding) read through `decoder`, at most
+/// `max + 1` decoded bytes: what was read, and whether the read reached the end cleanly.
+fn gunzip<'a, R: Read>(
+    input: &FingerprintInput<'a>,
+    max: usize,
+    decoder: fn(&'a [u8]) -> R,
+) -> Option<(Vec<u8>, bool)> {
+    let encoding = input.content_encoding?.trim();
+    if !encoding.eq_ignore_ascii_case("gzip") && !encoding.eq_ignore_ascii_case("x-gzip") {
+        return None;
+    }
+    let mut out = Vec::new();
+    let ok = decoder(input.body)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)
+        .is_ok();
+    Some((out, ok))
 }
 
 /// `a=1&c=3&b=2` → `a=1&b=2&c=3`: a stable sort by name, so repeated names keep their order

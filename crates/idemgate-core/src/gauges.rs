@@ -12,6 +12,7 @@
 use std::future::Future;
 use std::num::NonZeroU32;
 
+use crate::durability::{Durability, DurabilityLevel};
 use crate::record::{RecordState, UnixMillis};
 use crate::store::{IdempotencyStore, Result};
 
@@ -69,36 +70,37 @@ impl StoreCount {
     /// (1 or 0). A gauge the store cannot tell is not set. On Redis
     /// `idempotency_expired_records` is 0: Redis expires records itself.
     pub fn export(&self, backend: &'static str) {
+        // `unknown`: records whose state no reader understands (corrupt): retries get
+        // `record-corrupt`.
         for (state, n) in [
-            (RecordState::InProgress, self.in_progress),
-            (RecordState::Completed, self.completed),
-            (RecordState::Failed, self.failed),
+            (RecordState::InProgress.as_str(), self.in_progress),
+            (RecordState::Completed.as_str(), self.completed),
+            (RecordState::Failed.as_str(), self.failed),
+            ("unknown", self.unknown_state),
         ] {
-            metrics::gauge!("idempotency_records", "backend" => backend, "state" => state.as_str())
+            metrics::gauge!("idempotency_records", "backend" => backend, "state" => state)
                 .set(n as f64);
         }
-        // Records whose state no reader understands (corrupt): retries get `record-corrupt`.
-        metrics::gauge!("idempotency_records", "backend" => backend, "state" => "unknown")
-            .set(self.unknown_state as f64);
-        let set = |name: &'static str, v: Option<u64>| {
-            if let Some(v) = v {
-                metrics::gauge!(name, "backend" => backend).set(v as f64);
-            }
+        let set = |name: &'static str, v: u64| {
+            metrics::gauge!(name, "backend" => backend).set(v as f64);
         };
-        set("idempotency_record_body_bytes", self.body_bytes);
-        set("idempotency_store_table_bytes", self.table_bytes);
-        set("idempotency_store_dead_rows", self.dead_rows);
-        set(
-            "idempotency_expired_records",
-            Some(self.expired.unwrap_or(0)),
-        );
+        for (name, v) in [
+            ("idempotency_record_body_bytes", self.body_bytes),
+            ("idempotency_store_table_bytes", self.table_bytes),
+            ("idempotency_store_dead_rows", self.dead_rows),
+        ] {
+            if let Some(v) = v {
+                set(name, v);
+            }
+        }
+        set("idempotency_expired_records", self.expired.unwrap_or(0));
         set(
             "idempotency_stuck_in_progress_records",
-            Some(self.stuck_in_progress),
+            self.stuck_in_progress,
         );
         set(
             "idempotency_store_gauges_approximate",
-            Some(u64::from(self.approximate)),
+            u64::from(self.approximate),
         );
         metrics::gauge!("idempotency_oldest_record_age_seconds", "backend" => backend)
             .set(self.oldest_age_seconds());
@@ -176,6 +178,20 @@ pub trait GaugedStore: IdempotencyStore {
     /// # Errors
     /// A store error.
     fn count_expired(&self, limit: NonZeroU32) -> impl Future<Output = Result<Option<u64>>> + Send;
+
+    /// Reads what the store can lose when its process, host or primary fails
+    /// ([`Durability`]): read at start-up and every `gauges_interval`, logged when it changes.
+    /// By default [`DurabilityLevel::Unknown`]: a store that cannot read its server's
+    /// settings (a key service's store) says so.
+    ///
+    /// # Errors
+    /// A store error, classified as for the store operations.
+    fn durability(&self) -> impl Future<Output = Result<Durability>> + Send {
+        std::future::ready(Ok(Durability::new(
+            DurabilityLevel::Unknown,
+            "the store does not report what a failure can lose",
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@
 pub mod admin;
 pub mod canonical;
 pub mod counters;
+pub mod durability;
 pub mod engine;
 pub mod fingerprint;
 pub mod gauges;
@@ -57,6 +58,7 @@ pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use durability::{Durability, DurabilityLevel};
 pub use engine::{decide, Decision, LeaseExpiredPolicy};
 pub use fingerprint::Fingerprint;
 pub use gauges::{GaugedStore, StoreCount};

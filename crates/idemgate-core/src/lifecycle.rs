@@ -116,13 +116,6 @@ pub struct Holder {
     record_deadline: Instant,
 }
 
-impl Holder {
-    /// The lease TTL this holder renews with.
-    pub fn lease_ttl(&self) -> Duration {
-        self.lease_ttl
-    }
-}
-
 /// The lifecycle over a store. Cheap to clone (one `Arc` each for the store and the
 /// pending-outcome counters).
 #[derive(Debug)]
@@ -189,7 +182,8 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     where
         F: std::future::Future<Output = Option<Fingerprint>>,
     {
-        self.begin_after(Acquire::not_read(), key, fingerprint, plan, refingerprint)
+        let token = LeaseToken::random();
+        self.begin_as(key, fingerprint, plan, (token, true, false), refingerprint)
             .await
     }
 

@@ -14,6 +14,8 @@ use tokio::time::Instant;
 
 mod admin;
 
+use crate::durability::{Durability, DurabilityLevel};
+use crate::gauges::{GaugedStore, RecordFacts, StoreCount};
 use crate::integrity::RawRecord;
 use crate::record::duration_ms as millis;
 use crate::record::{
@@ -258,27 +260,24 @@ impl IdempotencyStore for MemoryStore {
     }
 }
 
-impl crate::gauges::GaugedStore for MemoryStore {
+impl GaugedStore for MemoryStore {
     /// Exact: one pass over the map under its mutex (O(records)).
-    async fn gauges(&self) -> Result<crate::gauges::StoreCount> {
+    async fn gauges(&self) -> Result<StoreCount> {
         let map = self.map();
-        let mut g = crate::gauges::StoreCount {
+        let mut g = StoreCount {
             now: self.now(),
             expired: Some(0),
             body_bytes: Some(0),
             ..Default::default()
         };
         for raw in map.values() {
-            let state = raw.state.as_deref().and_then(RecordState::parse);
-            g.count(
-                state,
-                crate::gauges::RecordFacts {
-                    created_at: raw.created_at,
-                    expires_at: raw.expires_at,
-                    lease_expires_at: raw.lease_expires_at,
-                    body_bytes: raw.body.as_ref().map(|b| b.len() as u64),
-                },
-            );
+            let facts = RecordFacts {
+                created_at: raw.created_at,
+                expires_at: raw.expires_at,
+                lease_expires_at: raw.lease_expires_at,
+                body_bytes: raw.body.as_ref().map(|b| b.len() as u64),
+            };
+            g.count(raw.state.as_deref().and_then(RecordState::parse), facts);
         }
         Ok(g)
     }
@@ -287,5 +286,13 @@ impl crate::gauges::GaugedStore for MemoryStore {
         let now = self.now();
         let n = self.map().values().filter(|r| expired(r, now)).count() as u64;
         Ok(Some(n.min(u64::from(limit.get()))))
+    }
+
+    /// [`DurabilityLevel::Volatile`]: records live in this process's memory.
+    async fn durability(&self) -> Result<Durability> {
+        Ok(Durability::new(
+            DurabilityLevel::Volatile,
+            "records live in this process's memory: a restart loses them all, and their keys would run again",
+        ))
     }
 }

@@ -113,15 +113,10 @@ impl StoredResponse {
     /// A message saying where the encoding is broken.
     pub fn decode_headers(mut raw: &[u8]) -> Result<Vec<(String, Bytes)>, String> {
         fn take<'a>(raw: &mut &'a [u8]) -> Result<&'a [u8], String> {
-            if raw.len() < 4 {
-                return Err("truncated header length".into());
-            }
-            let len = u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize;
-            if raw.len() < 4 + len {
-                return Err("truncated header".into());
-            }
-            let part = &raw[4..4 + len];
-            *raw = &raw[4 + len..];
+            let (len, rest) = raw.split_first_chunk().ok_or("truncated header length")?;
+            let len = u32::from_be_bytes(*len) as usize;
+            let part = rest.get(..len).ok_or("truncated header")?;
+            *raw = &rest[len..];
             Ok(part)
         }
         let mut headers = Vec::new();

@@ -134,9 +134,6 @@ pub const DEFAULT_RELEASE_STATUSES: [StatusPattern; 4] = [
 /// starts a new operation with a new key.
 pub const DEFAULT_FAIL_STATUSES: [StatusPattern; 1] = [StatusPattern::Class(5)];
 
-/// The response header of an authentication challenge (RFC 9110 §11.6.1).
-pub const CHALLENGE_HEADER: &str = "www-authenticate";
-
 /// The status lists of one route, in the order they are checked.
 #[derive(Clone, Copy, Debug)]
 pub struct StatusRules<'a> {
@@ -161,7 +158,7 @@ impl Default for StatusRules<'static> {
 
 impl StatusRules<'_> {
     /// What an upstream answer with `status` does to the record. `challenge`: the answer
-    /// carries a [`CHALLENGE_HEADER`] field with a value.
+    /// carries a `WWW-Authenticate` field with a value (RFC 9110 §11.6.1).
     ///
     /// In order:
     /// 1. A `401` with a challenge releases the key, unless a list names `401` exactly

@@ -251,60 +251,43 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 }
 
 impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
-    fn insert_or_get(
-        &self,
-        req: &InsertRequest,
-    ) -> impl Future<Output = Result<InsertOutcome>> + Send {
-        (**self).insert_or_get(req)
+    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome> {
+        (**self).insert_or_get(req).await
     }
-    fn take_over(
+    async fn take_over(
         &self,
         seen: &IdempotencyRecord,
         token: LeaseToken,
         lease_ttl: Duration,
-    ) -> impl Future<Output = Result<Option<Lease>>> + Send {
-        (**self).take_over(seen, token, lease_ttl)
+    ) -> Result<Option<Lease>> {
+        (**self).take_over(seen, token, lease_ttl).await
     }
-    fn renew(
-        &self,
-        lease: &Lease,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<UnixMillis>> + Send {
-        (**self).renew(lease, ttl)
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis> {
+        (**self).renew(lease, ttl).await
     }
-    fn complete(
-        &self,
-        lease: &Lease,
-        r: &StoredResponse,
-    ) -> impl Future<Output = Result<()>> + Send {
-        (**self).complete(lease, r)
+    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<()> {
+        (**self).complete(lease, r).await
     }
-    fn fail(&self, lease: &Lease) -> impl Future<Output = Result<()>> + Send {
-        (**self).fail(lease)
+    async fn fail(&self, lease: &Lease) -> Result<()> {
+        (**self).fail(lease).await
     }
-    fn release(&self, lease: &Lease) -> impl Future<Output = Result<()>> + Send {
-        (**self).release(lease)
+    async fn release(&self, lease: &Lease) -> Result<()> {
+        (**self).release(lease).await
     }
-    fn get(
-        &self,
-        key: &ScopedKey,
-    ) -> impl Future<Output = Result<Option<IdempotencyRecord>>> + Send {
-        (**self).get(key)
+    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
+        (**self).get(key).await
     }
-    fn peek(&self, key: &ScopedKey) -> impl Future<Output = Result<Peeked>> + Send {
-        (**self).peek(key)
+    async fn peek(&self, key: &ScopedKey) -> Result<Peeked> {
+        (**self).peek(key).await
     }
-    fn insert_or_get_unseen(
-        &self,
-        req: &InsertRequest,
-    ) -> impl Future<Output = Result<InsertOutcome>> + Send {
-        (**self).insert_or_get_unseen(req)
+    async fn insert_or_get_unseen(&self, req: &InsertRequest) -> Result<InsertOutcome> {
+        (**self).insert_or_get_unseen(req).await
     }
-    fn purge_expired(&self, batch: NonZeroU32) -> impl Future<Output = Result<u64>> + Send {
-        (**self).purge_expired(batch)
+    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {
+        (**self).purge_expired(batch).await
     }
-    fn ping(&self) -> impl Future<Output = Result<()>> + Send {
-        (**self).ping()
+    async fn ping(&self) -> Result<()> {
+        (**self).ping().await
     }
     fn backend(&self) -> &'static str {
         (**self).backend()

@@ -256,6 +256,46 @@ macro_rules! delegate_store {
     };
 }
 
+/// Implements [`crate::admin::AdminStore`] and [`crate::GaugedStore`] for a test wrapper by
+/// delegating to its field `$field` (see [`crate::delegate_store!`]).
+#[macro_export]
+macro_rules! delegate_admin {
+    ($ty:ty, $field:ident) => {
+        impl $crate::admin::AdminStore for $ty {
+            async fn list_key(
+                &self,
+                filter: &$crate::admin::KeyFilter,
+            ) -> ::std::result::Result<$crate::admin::Listing, $crate::StoreError> {
+                self.$field.list_key(filter).await
+            }
+            async fn delete_exact(
+                &self,
+                seen: &$crate::RawRecord,
+            ) -> ::std::result::Result<bool, $crate::StoreError> {
+                self.$field.delete_exact(seen).await
+            }
+        }
+        impl $crate::GaugedStore for $ty {
+            async fn gauges(
+                &self,
+            ) -> ::std::result::Result<$crate::StoreCount, $crate::StoreError> {
+                self.$field.gauges().await
+            }
+            async fn count_exact(
+                &self,
+            ) -> ::std::result::Result<$crate::StoreCount, $crate::StoreError> {
+                self.$field.count_exact().await
+            }
+            async fn count_expired(
+                &self,
+                limit: ::std::num::NonZeroU32,
+            ) -> ::std::result::Result<::std::option::Option<u64>, $crate::StoreError> {
+                self.$field.count_expired(limit).await
+            }
+        }
+    };
+}
+
 /// Expands to one `#[tokio::test]` per conformance case of the operator operations
 /// ([`crate::admin::AdminStore`]), for a store that implements both traits; the arguments
 /// are those of [`crate::store_conformance!`].

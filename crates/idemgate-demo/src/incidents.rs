@@ -152,25 +152,15 @@ async fn pay(
         Err(e) if e.is_timeout() => ("timeout".into(), None),
         Err(e) => (format!("error ({e})"), None),
         Ok(r) => {
-            let replayed = r.headers().get("idempotent-replayed").is_some();
+            let replayed = r.headers().contains_key("idempotent-replayed");
             let retry_after = r
                 .headers()
                 .get("retry-after")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok());
-            let status = r.status();
-            let mut seen = format!("{}", status.as_u16());
-            if replayed {
-                seen.push_str(" (replay)");
-            }
-            (
-                seen,
-                if status == StatusCode::CONFLICT {
-                    retry_after.or(Some(1))
-                } else {
-                    None
-                },
-            )
+            let wait = (r.status() == StatusCode::CONFLICT).then(|| retry_after.unwrap_or(1));
+            let replay = if replayed { " (replay)" } else { "" };
+            (format!("{}{replay}", r.status().as_u16()), wait)
         }
     }
 }
@@ -221,11 +211,10 @@ async fn timeout_then_retry(base: String) -> Vec<String> {
 
 async fn double_click(base: String) -> Vec<String> {
     let key = fresh_key();
-    let mut seen = Vec::new();
-    for _ in 0..2 {
-        seen.push(pay(&base, &key, 1000, 0, Duration::from_secs(5)).await.0);
-    }
-    seen
+    vec![
+        pay(&base, &key, 1000, 0, Duration::from_secs(5)).await.0,
+        pay(&base, &key, 1000, 0, Duration::from_secs(5)).await.0,
+    ]
 }
 
 async fn changed_amount(base: String) -> Vec<String> {
@@ -246,9 +235,8 @@ async fn burst(base: String) -> Vec<String> {
         .collect();
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for t in tasks {
-        *counts
-            .entry(t.await.unwrap_or_else(|_| "error".into()))
-            .or_default() += 1;
+        let seen = t.await.unwrap_or_else(|_| "error".into());
+        *counts.entry(seen).or_default() += 1;
     }
     counts
         .into_iter()

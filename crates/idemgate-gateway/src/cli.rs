@@ -53,7 +53,7 @@ pub enum Command {
     /// Create or upgrade the store's schema (SQLite migrates on open too).
     Migrate(StoreArgs),
     /// Show the records of one idempotency key (state, lease, fence, times, response).
-    Inspect(crate::admin::InspectArgs),
+    Inspect(crate::admin::Selector),
     /// Remove the records of one key whatever their state (an operator override).
     Release(crate::admin::ReleaseArgs),
     /// Record the outcome an operator established for a stuck key: retries get it, and the
@@ -122,15 +122,7 @@ impl ServeArgs {
     /// # Errors
     /// Every problem found, one per line, each naming its field.
     pub fn resolve(&self) -> anyhow::Result<Validated> {
-        let (mut config, file_errs) = match &self.config {
-            Some(path) => Config::load(path)?,
-            None => (Config::default(), Vec::new()),
-        };
-        let set = |field: &mut String, flag: &Option<String>| {
-            if let Some(v) = flag {
-                field.clone_from(v);
-            }
-        };
+        let (mut config, file_errs) = Config::load(self.config.as_deref())?;
         set(&mut config.listen, &self.listen);
         set(&mut config.admin_listen, &self.admin_listen);
         set(&mut config.upstream, &self.upstream);
@@ -140,7 +132,11 @@ impl ServeArgs {
                 .into_string()
                 .map_err(|_| anyhow::anyhow!("IDEMGATE_LOG_HASH_KEY: must be UTF-8"))?;
         }
-        validated_with(config, file_errs)
+        match config.validate() {
+            Ok(v) if file_errs.is_empty() => Ok(v),
+            Ok(_) => Err(invalid(&file_errs)),
+            Err(errs) => Err(invalid(&[file_errs, errs].concat())),
+        }
     }
 }
 
@@ -150,16 +146,25 @@ impl StoreArgs {
     /// # Errors
     /// When the file cannot be read or the URL is not supported.
     pub fn resolve(&self) -> anyhow::Result<(crate::store::StoreUrl, crate::store::OpenOptions)> {
-        let mut config = match &self.config {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
-        };
-        if let Some(s) = &self.store {
-            config.store.clone_from(s);
-        }
+        let mut config = self.file()?;
+        set(&mut config.store, &self.store);
         let url = crate::store::StoreUrl::parse(&config.store)
             .map_err(|e| anyhow::anyhow!("store: {e}"))?;
         Ok((url, config.open_options()))
+    }
+
+    /// The `--config` file, parsed (unknown keys and type errors refused), or the defaults
+    /// without one.
+    pub(crate) fn file(&self) -> anyhow::Result<Config> {
+        let file = self.config.as_deref();
+        file.map_or_else(|| Ok(Config::default()), Config::from_file)
+    }
+}
+
+/// Sets `field` to the flag's value, when the flag is given.
+pub(crate) fn set(field: &mut String, flag: &Option<String>) {
+    if let Some(v) = flag {
+        field.clone_from(v);
     }
 }
 
@@ -168,20 +173,7 @@ impl StoreArgs {
 /// # Errors
 /// Every problem found, one per line.
 pub fn validated(config: Config) -> anyhow::Result<Validated> {
-    validated_with(config, Vec::new())
-}
-
-/// [`validated`], reporting `file_errs` (unknown keys, type errors) with the value errors.
-///
-/// # Errors
-/// Every problem found, one per line.
-pub fn validated_with(config: Config, mut file_errs: Vec<String>) -> anyhow::Result<Validated> {
-    match config.validate() {
-        Ok(v) if file_errs.is_empty() => return Ok(v),
-        Ok(_) => {}
-        Err(errs) => file_errs.extend(errs),
-    }
-    Err(invalid(&file_errs))
+    config.validate().map_err(|errs| invalid(&errs))
 }
 
 /// One message listing `errs`, one per line.
@@ -194,7 +186,7 @@ pub fn invalid(errs: &[String]) -> anyhow::Error {
 /// # Errors
 /// The problems found.
 pub fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
-    let (config, mut errs) = Config::load(file)?;
+    let (config, mut errs) = Config::load(Some(file))?;
     if config.upstream.is_empty() {
         // The flag may supply it at start-up; the rest is checked.
         println!("note: `upstream` is not set in the file; `serve` needs it (or `--upstream`), `key-service` and the admin commands do not");

@@ -179,16 +179,22 @@ impl Config {
     /// # Errors
     /// A message naming the file and the offending key.
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-        Self::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        let (config, errs) = Self::load(Some(path))?;
+        if !errs.is_empty() {
+            anyhow::bail!("{}: {}", path.display(), errs.join("\n  "));
+        }
+        Ok(config)
     }
 
-    /// Reads a file leniently: see [`Config::from_toml_lenient`].
+    /// Reads a file leniently (see [`Config::from_toml_lenient`]); without one (`None`), the
+    /// defaults.
     ///
     /// # Errors
     /// The file cannot be read, or has a TOML syntax error (naming the file).
-    pub fn load(path: &Path) -> anyhow::Result<(Self, Vec<String>)> {
+    pub fn load(path: Option<&Path>) -> anyhow::Result<(Self, Vec<String>)> {
+        let Some(path) = path else {
+            return Ok((Self::default(), Vec::new()));
+        };
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
         Self::from_toml_lenient(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
@@ -258,7 +264,7 @@ mod tests;
 mod tls;
 
 pub use jwt::JwtConfig;
-use parse::{duration, setting};
+use parse::setting;
 pub use route::RouteTable;
 pub use scope::ScopeSettings;
 pub use sections::{AdminView, Base, Validated};

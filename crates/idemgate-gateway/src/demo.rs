@@ -23,8 +23,9 @@ pub(crate) async fn spawn_gateway(upstream: &str, store: &str, shutdown: Stop) -
     })?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
+    let section = &config.base;
     let store =
-        Arc::new(idemgate_gateway::store::open(&config.store, &config.store_options).await?);
+        Arc::new(idemgate_gateway::store::open(&section.store, &section.store_options).await?);
     let running = tokio::spawn(async move {
         let served = idemgate_gateway::server::run_with_store(
             config,

@@ -13,10 +13,11 @@ use anyhow::Context;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::serve::ListenerExt;
+use axum::serve::{Listener, ListenerExt};
 use axum::Router;
 use http::StatusCode;
 use idemgate_core::{IdempotencyStore, PurgeHandle};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -28,7 +29,7 @@ use crate::tls::TlsListener;
 
 mod length_problem;
 
-use length_problem::{LengthProblem, LengthProblemListener};
+use length_problem::{LengthProblem, LengthProblemIo};
 
 /// A service a [`Host`] runs on its listener: the gateway's proxy or the key service's API.
 pub trait Service: Send {
@@ -52,25 +53,33 @@ impl Service for Router {
     }
 }
 
-/// Binds the service's listener (`listen`: its configuration key and address) and the
-/// admin listener, if enabled.
+/// The start of a serving command: installs `base`'s log hash secret, binds the service's
+/// listener (`listen`: its configuration key and address) and the admin listener, if
+/// enabled, and opens the store.
 ///
 /// # Errors
-/// An address that cannot be bound, named with its configuration key.
-pub async fn bind(
+/// An address that cannot be bound, named with its configuration key; a store that cannot
+/// be opened.
+pub async fn prepare(
+    base: &Base,
     listen: (&str, SocketAddr),
     admin: (&str, Option<SocketAddr>),
-) -> anyhow::Result<(TcpListener, Option<TcpListener>)> {
+) -> anyhow::Result<(TcpListener, Option<TcpListener>, Arc<AnyStore>)> {
     async fn one((key, addr): (&str, SocketAddr)) -> anyhow::Result<TcpListener> {
         let bound = TcpListener::bind(addr).await;
         bound.with_context(|| format!("{key}: cannot bind {addr}"))
+    }
+    if let Some(secret) = &base.log_hash_key {
+        idemgate_core::loghash::set_secret(secret.as_bytes())
+            .map_err(|e| anyhow::anyhow!("log_hash_key: {e}"))?;
     }
     let listener = one(listen).await?;
     let admin = match admin {
         (key, Some(addr)) => Some(one((key, addr)).await?),
         (_, None) => None,
     };
-    Ok((listener, admin))
+    let store = crate::store::open(&base.store, &base.store_options).await?;
+    Ok((listener, admin, Arc::new(store)))
 }
 
 /// The shared parts of a serving process, running from [`Host::start`] until
@@ -132,11 +141,6 @@ impl Host {
         Self { purge, ..host }
     }
 
-    /// The shutdown watch: `true` once shutdown began.
-    pub fn stop_watch(&self) -> watch::Receiver<bool> {
-        self.stop.clone()
-    }
-
     /// Resolves once shutdown began.
     pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut rx = self.stop.clone();
@@ -179,29 +183,57 @@ impl Host {
         let listener = LingerListener::new(listener, Linger::default()).tap_io(|tcp| {
             let _ = tcp.get_ref().set_nodelay(true);
         });
-        let app = service
-            .router()
-            .into_make_service_with_connect_info::<SocketAddr>();
-        let problem = self.problem.clone();
-        // `tap_io` gives the wrapped listeners axum's `ConnectInfo<SocketAddr>`.
+        let (app, problem, stopped) = (service.router(), self.problem.clone(), self.stopped());
         match &self.tls {
             Some(tls) => {
                 let tls = TlsListener::new(listener, tls.clone());
-                let listener = LengthProblemListener::new(tls, problem).tap_io(|_| {});
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(self.stopped())
-                    .await?
+                serve(tls, problem, app, stopped).await?
             }
-            None => {
-                let listener = LengthProblemListener::new(listener, problem).tap_io(|_| {});
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(self.stopped())
-                    .await?
-            }
+            None => serve(listener, problem, app, stopped).await?,
         }
         drop(self.purge);
         service.drain().await;
         Ok(())
+    }
+}
+
+/// Serves `app` on `listener`, its connections answering differing `Content-Length` values
+/// with `problem`, until `stopped`.
+async fn serve<L: Listener<Addr = SocketAddr>>(
+    listener: L,
+    problem: LengthProblem,
+    app: Router,
+    stopped: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = Wrapped(listener, move |io| {
+        LengthProblemIo::new(io, problem.clone())
+    });
+    // `tap_io` gives the wrapped listener axum's `ConnectInfo<SocketAddr>`.
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener.tap_io(|_| {}), app)
+        .with_graceful_shutdown(stopped)
+        .await
+}
+
+/// A listener whose connections are wrapped (by the function) as they are accepted.
+struct Wrapped<L, F>(L, F);
+
+impl<L, F, Io> Listener for Wrapped<L, F>
+where
+    L: Listener,
+    F: FnMut(L::Io) -> Io + Send + 'static,
+    Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Io = Io;
+    type Addr = L::Addr;
+
+    async fn accept(&mut self) -> (Io, L::Addr) {
+        let (io, addr) = self.0.accept().await;
+        ((self.1)(io), addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<L::Addr> {
+        self.0.local_addr()
     }
 }
 

@@ -12,9 +12,10 @@ use idemgate_core::{IdempotencyStore, Lifecycle};
 use idemgate_key_service::{KeyService, KeyServiceSettings};
 use tokio::net::TcpListener;
 
+use crate::cli::set;
 use crate::config::{Base, Config};
 use crate::host::Host;
-use crate::store::AnyStore;
+use crate::store::{AnyStore, StoreUrl};
 
 /// Flags of `key-service` (they override the file).
 #[derive(Debug, Args)]
@@ -51,19 +52,10 @@ impl KeyServiceArgs {
     /// # Errors
     /// Every problem found, one per line, each naming its field.
     pub fn resolve(&self) -> anyhow::Result<KeyServiceConfig> {
-        let (mut config, mut errs) = match &self.config {
-            Some(path) => Config::load(path)?,
-            None => (Config::default(), Vec::new()),
-        };
-        if let Some(v) = &self.listen {
-            config.key_service.listen.clone_from(v);
-        }
-        if let Some(v) = &self.admin_listen {
-            config.key_service.admin_listen.clone_from(v);
-        }
-        if let Some(v) = &self.store {
-            config.store.clone_from(v);
-        }
+        let (mut config, mut errs) = Config::load(self.config.as_deref())?;
+        set(&mut config.key_service.listen, &self.listen);
+        set(&mut config.key_service.admin_listen, &self.admin_listen);
+        set(&mut config.store, &self.store);
         resolve(config, &mut errs)
     }
 }
@@ -74,13 +66,10 @@ impl KeyServiceArgs {
 /// # Errors
 /// Every problem, one per line.
 pub fn resolve(config: Config, errs: &mut Vec<String>) -> anyhow::Result<KeyServiceConfig> {
-    if matches!(
-        crate::store::StoreUrl::parse(&config.store),
-        Ok(crate::store::StoreUrl::KeyService(_))
-    ) {
+    if let Ok(StoreUrl::KeyService(_)) = StoreUrl::parse(&config.store) {
         errs.push("store: a key service cannot keep its records in another key service".into());
     }
-    let base = config.base(errs);
+    let base = config.base(false, errs);
     let service = config.key_service.validate().map_err(|e| errs.extend(e));
     match (base, service) {
         (Some(base), Ok(service)) if errs.is_empty() => Ok(KeyServiceConfig { base, service }),
@@ -88,8 +77,8 @@ pub fn resolve(config: Config, errs: &mut Vec<String>) -> anyhow::Result<KeyServ
     }
 }
 
-/// `idemgate key-service`: binds the listeners, opens the store and serves until
-/// `shutdown`.
+/// `idemgate key-service`: binds the listeners, opens the store ([`crate::host::prepare`])
+/// and serves until `shutdown`.
 ///
 /// # Errors
 /// A listener cannot be bound or the store cannot be opened.
@@ -98,14 +87,9 @@ pub async fn command(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let config = args.resolve()?;
-    if let Some(secret) = &config.base.log_hash_key {
-        idemgate_core::loghash::set_secret(secret.as_bytes())
-            .map_err(|e| anyhow::anyhow!("log_hash_key: {e}"))?;
-    }
     let listen = ("key_service.listen", config.service.listen);
     let admin = ("key_service.admin_listen", config.service.admin_listen);
-    let (listener, admin) = crate::host::bind(listen, admin).await?;
-    let store = Arc::new(crate::store::open(&config.base.store, &config.base.store_options).await?);
+    let (listener, admin, store) = crate::host::prepare(&config.base, listen, admin).await?;
     run(config, store, listener, admin, shutdown).await
 }
 

@@ -81,16 +81,13 @@ async fn dispatch(
     match command {
         Command::Serve(args) => {
             let config = args.resolve()?;
-            if let Some(secret) = &config.log_hash_key {
-                idemgate_core::loghash::set_secret(secret.as_bytes())
-                    .map_err(|e| anyhow::anyhow!("log_hash_key: {e}"))?;
-            }
             telemetry::prometheus();
             let listen = ("listen", config.listen);
-            let (listener, admin) =
-                host::bind(listen, ("admin_listen", config.admin_listen)).await?;
+            let admin = ("admin_listen", config.admin_listen);
+            let (listener, admin, store) = host::prepare(&config.base, listen, admin).await?;
             let resolve: reload::Resolve = Box::new(move || args.resolve());
-            server::run_reloading(config, listener, admin, shutdown_signal(), Some(resolve)).await
+            let reload = Some(resolve);
+            server::run_reloading(config, store, listener, admin, shutdown_signal(), reload).await
         }
         Command::KeyService(args) => key_service::command(args, shutdown_signal()).await,
         Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),

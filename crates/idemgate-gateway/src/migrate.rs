@@ -50,22 +50,14 @@ pub async fn run(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<String> {
             let AnyStore::Postgres(store) = open(url, &opts).await? else {
                 unreachable!("a postgres URL opens a postgres store")
             };
-            let table = store.table_name();
             let applied = store
                 .migrate_applied()
                 .await
                 .with_context(|| format!("cannot migrate the postgres store {}", redact(u)))?;
-            Ok(if applied.is_empty() {
-                format!(
-                    "postgres store {}, table {table}: up to date; nothing to do",
-                    redact(u)
-                )
-            } else {
-                format!(
-                    "postgres store {}, table {table}: applied migrations {}",
-                    redact(u),
-                    applied.join(", ")
-                )
+            let at = format!("postgres store {}, table {}", redact(u), store.table_name());
+            Ok(match applied.is_empty() {
+                true => format!("{at}: up to date; nothing to do"),
+                false => format!("{at}: applied migrations {}", applied.join(", ")),
             })
         }
         // `sqlite::memory:`

@@ -5,6 +5,7 @@
 //! released).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -43,30 +44,29 @@ pub struct Proxy {
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
     /// Shared: the proxy is cloned for every request.
-    base_path: std::sync::Arc<str>,
+    base_path: Arc<str>,
     timeout: Duration,
     max_headers: usize,
     forwarded_proto: HeaderValue,
 }
 
 impl Proxy {
-    /// A proxy to `upstream` (`http://host:port[/prefix]`); `timeout` bounds the wait for
-    /// response headers; a response with more than `max_headers` header fields (HTTP/1.1) is
-    /// an [`UpstreamHeadTooLarge`] error (hyper's default would be 100). It trusts no TLS
-    /// root: for `https://` upstreams use [`Proxy::with_tls`].
-    pub fn new(upstream: &Uri, timeout: Duration, max_headers: usize) -> Self {
-        Self::with_tls(upstream, timeout, max_headers, empty_roots())
-    }
-
-    /// [`Proxy::new`] for `http://` or `https://` upstreams, trusting the roots of `tls`
-    /// (see [`crate::tls::client_config`]). A failed TLS handshake is a connect error: nothing
-    /// was sent ([`NotSent`]).
-    pub fn with_tls(
+    /// A proxy to `upstream` (`http://host:port[/prefix]` or `https://...`); `timeout`
+    /// bounds the wait for response headers; a response with more than `max_headers` header
+    /// fields (HTTP/1.1) is an [`UpstreamHeadTooLarge`] error (hyper's default would be 100).
+    /// An `https://` upstream is checked against the roots of `tls` (see
+    /// [`crate::tls::client_config`]); `None` trusts no root. A failed TLS handshake is a
+    /// connect error: nothing was sent ([`NotSent`]).
+    pub fn new(
         upstream: &Uri,
         timeout: Duration,
         max_headers: usize,
-        tls: std::sync::Arc<rustls::ClientConfig>,
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Self {
+        let tls = tls.unwrap_or_else(|| {
+            crate::tls::trusting(rustls::RootCertStore::empty())
+                .expect("ring supports the default protocol versions")
+        });
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(5)));
@@ -81,16 +81,11 @@ impl Proxy {
             .pool_max_idle_per_host(256)
             .http1_max_headers(max_headers)
             .build(connector);
+        let (scheme, authority) = (upstream.scheme().cloned(), upstream.authority().cloned());
         Self {
             client,
-            scheme: upstream
-                .scheme()
-                .cloned()
-                .unwrap_or(http::uri::Scheme::HTTP),
-            authority: upstream
-                .authority()
-                .cloned()
-                .expect("validated upstream has a host"),
+            scheme: scheme.unwrap_or(http::uri::Scheme::HTTP),
+            authority: authority.expect("validated upstream has a host"),
             base_path: upstream.path().trim_end_matches('/').into(),
             timeout,
             max_headers,
@@ -119,17 +114,6 @@ impl Proxy {
             .path_and_query(path_and_query)
             .build()
     }
-}
-
-/// TLS settings that trust nothing (for `http://` upstreams).
-fn empty_roots() -> std::sync::Arc<rustls::ClientConfig> {
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    std::sync::Arc::new(config)
 }
 
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those `Connection` names.
@@ -178,12 +162,9 @@ fn join_cookies(headers: &mut HeaderMap) {
     if headers.get_all(COOKIE).iter().nth(1).is_none() {
         return;
     }
-    let joined: Vec<u8> = headers
-        .get_all(COOKIE)
-        .iter()
-        .map(HeaderValue::as_bytes)
-        .collect::<Vec<_>>()
-        .join(&b"; "[..]);
+    let values = headers.get_all(COOKIE);
+    let values: Vec<&[u8]> = values.iter().map(HeaderValue::as_bytes).collect();
+    let joined = values.join(&b"; "[..]);
     if let Ok(v) = HeaderValue::from_bytes(&joined) {
         headers.insert(COOKIE, v);
     }
@@ -239,6 +220,8 @@ impl tower::Service<Request<BoxBody>> for Proxy {
             *req.uri_mut() = this
                 .upstream_uri(req.uri())
                 .map_err(|e| NotSent(e.into()))?;
+            let client = req.extensions().get::<ConnectInfo<SocketAddr>>();
+            let client = client.map(|ConnectInfo(addr)| addr.ip());
             let headers = req.headers_mut();
             strip_hop_by_hop(headers);
             // Reserved: only idemgate says a response is a replay; never trusted from clients.
@@ -247,18 +230,13 @@ impl tower::Service<Request<BoxBody>> for Proxy {
                 headers.insert(X_FORWARDED_HOST, host);
             }
             headers.insert(X_FORWARDED_PROTO, this.forwarded_proto.clone());
-            if let Some(ConnectInfo(addr)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
-                let ip = addr.ip().to_string();
-                let value = match req
-                    .headers()
-                    .get(X_FORWARDED_FOR)
-                    .and_then(|v| v.to_str().ok())
-                {
+            if let Some(ip) = client {
+                let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
                     Some(prior) => format!("{prior}, {ip}"),
-                    None => ip,
+                    None => ip.to_string(),
                 };
                 if let Ok(v) = HeaderValue::from_str(&value) {
-                    req.headers_mut().insert(X_FORWARDED_FOR, v);
+                    headers.insert(X_FORWARDED_FOR, v);
                 }
             }
             let mut resp = match tokio::time::timeout(this.timeout, this.client.request(req)).await
@@ -316,7 +294,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let accept = tokio::spawn(async move { listener.accept().await });
         let uri: Uri = format!("http://{addr}").parse().unwrap();
-        let proxy = Proxy::new(&uri, Duration::from_secs(5), 100);
+        let proxy = Proxy::new(&uri, Duration::from_secs(5), 100, None);
         let mut req = h2_post();
         *req.uri_mut() = format!("http://{addr}/payments").parse().unwrap();
         let e = proxy.client.request(req).await.unwrap_err();

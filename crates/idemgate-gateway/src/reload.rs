@@ -19,43 +19,23 @@
 //! an alert can say that the file and the running configuration differ.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::task::{Context, Poll};
 
 use tokio::sync::watch;
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
-use crate::config::{ScopeSettings, Validated};
+use crate::config::{Base, ScopeSettings, Validated};
 use crate::telemetry::count_reload;
 
 /// Re-reads the configuration: the file and the flags, validated.
 pub type Resolve = Box<dyn Fn() -> anyhow::Result<Validated> + Send + Sync>;
 
-/// A service that forwards each request to the service current when it arrives.
-pub struct Current<S> {
-    rx: watch::Receiver<S>,
-}
-
-impl<S> Current<S> {
-    /// Serves with whatever `rx` holds at each request.
-    pub fn new(rx: watch::Receiver<S>) -> Self {
-        Self { rx }
-    }
-}
-
-impl<S> Clone for Current<S> {
-    fn clone(&self) -> Self {
-        Self {
-            rx: self.rx.clone(),
-        }
-    }
-}
-
-impl<S> std::fmt::Debug for Current<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Current").finish_non_exhaustive()
-    }
-}
+/// A service that forwards each request to the service current when it arrives: whatever
+/// the receiver holds then.
+#[derive(Clone, Debug)]
+pub struct Current<S>(pub watch::Receiver<S>);
 
 impl<S, R> Service<R> for Current<S>
 where
@@ -71,7 +51,7 @@ where
 
     fn call(&mut self, req: R) -> Self::Future {
         // Cloned out of the channel: this request keeps this service to the end.
-        let service = self.rx.borrow().clone();
+        let service = self.0.borrow().clone();
         service.oneshot(req)
     }
 }
@@ -79,37 +59,26 @@ where
 /// The settings that differ between `running` and `new` but only change on a restart, by
 /// their field names in the file.
 pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
-    let mut changed = Vec::new();
-    let mut check = |differs: bool, field: &'static str| {
-        if differs {
-            changed.push(field);
-        }
-    };
-    check(running.listen != new.listen, "listen");
-    check(running.admin_listen != new.admin_listen, "admin_listen");
-    check(running.store != new.store, "store");
-    let opts = |v: &Validated| format!("{:?}", v.store_options);
-    check(
-        opts(running) != opts(new),
-        "store_table/store_key_prefix/store_migrate",
-    );
-    check(
-        running.purge_interval != new.purge_interval,
-        "purge_interval",
-    );
-    check(running.purge_batch != new.purge_batch, "purge_batch");
-    check(
-        running.policy.lifecycle != new.policy.lifecycle,
-        "store_timeout/max_pending_outcomes/max_pending_outcome_bytes",
-    );
-    check(
-        running.tls.files != new.tls.files,
-        "tls_cert_file/tls_key_file",
-    );
-    changed
+    let (a, b) = (&running.base, &new.base);
+    let opts = |base: &Base| format!("{:?}", base.store_options);
+    let store_options = "store_table/store_key_prefix/store_migrate";
+    let lifecycle = "store_timeout/max_pending_outcomes/max_pending_outcome_bytes";
+    [
+        (running.listen != new.listen, "listen"),
+        (running.admin_listen != new.admin_listen, "admin_listen"),
+        (a.store != b.store, "store"),
+        (opts(a) != opts(b), store_options),
+        (a.purge_interval != b.purge_interval, "purge_interval"),
+        (a.purge_batch != b.purge_batch, "purge_batch"),
+        (a.policy.lifecycle != b.policy.lifecycle, lifecycle),
+        (a.tls.files != b.tls.files, "tls_cert_file/tls_key_file"),
+    ]
+    .into_iter()
+    .filter_map(|(differs, field)| differs.then_some(field))
+    .collect()
 }
 
-/// Until `stop` turns true, re-reads the configuration on each `SIGHUP` with `resolve` and
+/// Until `stop` completes, re-reads the configuration on each `SIGHUP` with `resolve` and
 /// hands a good one to `apply` ([`reload_once`]); logs what happened either way. `running`
 /// is the configuration the process started with. The signal handler is installed when this is
 /// called (before the returned future first runs), so a `SIGHUP` sent once the gateway
@@ -118,8 +87,8 @@ pub fn on_sighup(
     resolve: Resolve,
     running: Validated,
     apply: impl Fn(&Validated) + Send + 'static,
-    mut stop: watch::Receiver<bool>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     async move {
@@ -131,7 +100,8 @@ pub fn on_sighup(
                 return;
             }
         };
-        let mut applied = running.scope.clone();
+        let mut stop = std::pin::pin!(stop);
+        let mut applied = running.base.scope.clone();
         loop {
             #[cfg(unix)]
             let signal = hup.recv();
@@ -139,7 +109,7 @@ pub fn on_sighup(
             let signal = std::future::pending::<Option<()>>();
             tokio::select! {
                 _ = signal => {}
-                _ = stop.wait_for(|s| *s) => return,
+                _ = &mut stop => return,
             }
             reload_once(&resolve, &running, &mut applied, &apply);
         }
@@ -170,10 +140,10 @@ pub fn reload_once(
             return;
         }
     };
-    let moved = applied.changes(&new.scope);
+    let moved = applied.changes(&new.base.scope);
     if !moved.is_empty() {
         let changed = moved.join("; ");
-        if !new.allow_scope_change_on_reload {
+        if !new.base.allow_scope_change_on_reload {
             tracing::error!(
                 %changed,
                 "configuration reload refused: it changes what (principal, route) requests get, so retries of keys in flight would run again; the running configuration stays. Restart the gateway while no retries are expected, or set allow_scope_change_on_reload = true"
@@ -194,10 +164,10 @@ pub fn reload_once(
     }
     apply(&new);
     count_reload("applied");
-    *applied = new.scope;
+    *applied = new.base.scope;
     tracing::info!(
         upstream = %new.upstream,
-        routes = new.policy.routes().count(),
+        routes = new.base.policy.routes().count(),
         "configuration reloaded; new requests use the new policy"
     );
 }

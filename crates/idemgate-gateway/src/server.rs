@@ -26,30 +26,17 @@ use crate::store::AnyStore;
 /// `shutdown` resolves, then drains in-flight requests.
 ///
 /// # Errors
-/// When the store cannot be opened or a listener fails.
+/// When the store cannot be opened (the message names it, without credentials) or a
+/// listener fails.
 pub async fn run(
     config: Validated,
     listener: TcpListener,
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    run_reloading(config, listener, admin, shutdown, None).await
-}
-
-/// [`run`], re-reading the configuration with `reload` on `SIGHUP` (see [`crate::reload`]).
-///
-/// # Errors
-/// When the store cannot be opened (the message names it, without credentials) or a
-/// listener fails.
-pub async fn run_reloading(
-    config: Validated,
-    listener: TcpListener,
-    admin: Option<TcpListener>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    reload: Option<Resolve>,
-) -> anyhow::Result<()> {
-    let store = Arc::new(crate::store::open(&config.store, &config.store_options).await?);
-    serve(config, store, listener, admin, shutdown, reload).await
+    let base = &config.base;
+    let store = Arc::new(crate::store::open(&base.store, &base.store_options).await?);
+    run_reloading(config, store, listener, admin, shutdown, None).await
 }
 
 /// [`run`] with a store opened by the caller.
@@ -63,37 +50,32 @@ pub async fn run_with_store(
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve(config, store, listener, admin, shutdown, None).await
+    run_reloading(config, store, listener, admin, shutdown, None).await
 }
 
 /// The proxy behind the idempotency layer under `config`'s policy and upstream, as a router.
 fn gateway_app(layer: &IdempotencyLayer<AnyStore>, config: &Validated) -> Router {
-    let layer = layer.with_policy(config.policy.clone());
-    let proxy = match &config.tls.upstream {
-        Some(tls) => Proxy::with_tls(
-            &config.upstream,
-            config.upstream_timeout,
-            config.max_response_headers,
-            tls.clone(),
-        ),
-        None => Proxy::new(
-            &config.upstream,
-            config.upstream_timeout,
-            config.max_response_headers,
-        ),
-    };
-    let type_base = config.policy.problem_type_base.clone();
+    let layer = layer.with_policy(config.base.policy.clone());
+    let proxy = Proxy::new(
+        &config.upstream,
+        config.upstream_timeout,
+        config.max_response_headers,
+        config.base.tls.upstream.clone(),
+    );
+    let type_base = config.base.policy.problem_type_base.clone();
     let service = HandleError::new(
-        layer.layer(proxy.forwarded_proto(config.tls.listener.is_some())),
-        move |e: BoxError| {
-            let type_base = type_base.clone();
-            async move { upstream_error(&type_base, &e) }
-        },
+        layer.layer(proxy.forwarded_proto(config.base.tls.listener.is_some())),
+        move |e: BoxError| std::future::ready(upstream_error(&type_base, &e)),
     );
     Router::new().fallback_service(service)
 }
 
-async fn serve(
+/// [`run_with_store`], re-reading the configuration with `reload` on `SIGHUP` (see
+/// [`crate::reload`]).
+///
+/// # Errors
+/// When a listener fails.
+pub async fn run_reloading(
     config: Validated,
     store: Arc<AnyStore>,
     listener: TcpListener,
@@ -101,9 +83,9 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     reload: Option<Resolve>,
 ) -> anyhow::Result<()> {
-    let host = Host::start(&config.base(), &store, admin, shutdown);
-    crate::telemetry::register_gateway(&config.policy, store.backend());
-    let layer = IdempotencyLayer::from_arc(store.clone(), config.policy.clone());
+    let host = Host::start(&config.base, &store, admin, shutdown);
+    crate::telemetry::register_gateway(&config.base.policy, store.backend());
+    let layer = IdempotencyLayer::from_arc(store.clone(), config.base.policy.clone());
     let (app_tx, app_rx) = watch::channel(gateway_app(&layer, &config));
     // The longest upstream timeout any configuration had: the drain at shutdown waits that.
     let longest_timeout = Arc::new(Mutex::new(config.upstream_timeout));
@@ -115,12 +97,12 @@ async fn serve(
             }
             let _ = app_tx.send(gateway_app(&layer, c));
         };
-        let stop = host.stop_watch();
+        let stop = host.stopped();
         tokio::spawn(reload::on_sighup(resolve, config.clone(), apply, stop));
     }
     tracing::info!(
         listen = %listener.local_addr()?,
-        tls = config.tls.listener.is_some(),
+        tls = config.base.tls.listener.is_some(),
         upstream = %config.upstream,
         store = store.backend(),
         "idemgate gateway listening"
@@ -143,7 +125,7 @@ struct Gateway {
 
 impl Service for Gateway {
     fn router(&self) -> Router {
-        Router::new().fallback_service(Current::new(self.app.clone()))
+        Router::new().fallback_service(Current(self.app.clone()))
     }
 
     /// Operations whose clients left still run; lets them finish and record their outcome

@@ -138,16 +138,9 @@ pub fn redact(url: &str) -> String {
         .collect();
     let tail = match tail.split_once('?') {
         Some((path, query)) => {
-            let kept: Vec<&str> = query
-                .split('&')
-                .filter(|p| {
-                    !p.split('=')
-                        .next()
-                        .unwrap_or("")
-                        .to_ascii_lowercase()
-                        .contains("pass")
-                })
-                .collect();
+            let name = |p: &&str| p.split('=').next().unwrap_or("").to_ascii_lowercase();
+            let params = query.split('&');
+            let kept: Vec<&str> = params.filter(|p| !name(p).contains("pass")).collect();
             if kept.is_empty() {
                 path.to_owned()
             } else {

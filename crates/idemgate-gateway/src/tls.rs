@@ -32,15 +32,13 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// `cannot read PATH: ...`, `PATH: not PEM ...` or `PATH: no CERTIFICATE block`, for the
 /// caller to prefix with the field name.
 pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let at = path.display();
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {at}: {e}"))?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: not PEM certificates ({e})", path.display()))?;
+        .map_err(|e| format!("{at}: not PEM certificates ({e})"))?;
     if certs.is_empty() {
-        return Err(format!(
-            "{}: no `-----BEGIN CERTIFICATE-----` block",
-            path.display()
-        ));
+        return Err(format!("{at}: no `-----BEGIN CERTIFICATE-----` block"));
     }
     Ok(certs)
 }
@@ -50,13 +48,10 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 /// # Errors
 /// `cannot read PATH: ...` or `PATH: no private key ...`.
 pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
-        format!(
-            "{}: no PEM private key (PKCS#8, PKCS#1 or SEC1) ({e})",
-            path.display()
-        )
-    })
+    let at = path.display();
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {at}: {e}"))?;
+    PrivateKeyDer::from_pem_slice(&bytes)
+        .map_err(|e| format!("{at}: no PEM private key (PKCS#8, PKCS#1 or SEC1) ({e})"))
 }
 
 /// The upstream client's TLS settings: trusts the certificates of `ca_file` (PEM) if given,
@@ -85,6 +80,14 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String
             }
         }
     }
+    trusting(roots)
+}
+
+/// Client TLS settings (ring, the safe default protocol versions) trusting `roots` only.
+///
+/// # Errors
+/// When the provider supports none of the default protocol versions.
+pub fn trusting(roots: RootCertStore) -> Result<Arc<ClientConfig>, String> {
     let config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -126,18 +129,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 /// An [`axum::serve::Listener`] that completes a TLS handshake on each connection of `inner`
 /// before handing it to the server; failed or timed-out handshakes are logged (debug) and
 /// dropped.
+#[derive(Debug)]
 pub struct TlsListener<L> {
     inner: L,
-    acceptor: TlsAcceptor,
+    config: Arc<ServerConfig>,
     pending: JoinSet<Handshake>,
-}
-
-impl<L> std::fmt::Debug for TlsListener<L> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsListener")
-            .field("pending", &self.pending.len())
-            .finish_non_exhaustive()
-    }
 }
 
 impl<L> TlsListener<L> {
@@ -145,7 +141,7 @@ impl<L> TlsListener<L> {
     pub fn new(inner: L, config: Arc<ServerConfig>) -> Self {
         Self {
             inner,
-            acceptor: TlsAcceptor::from(config),
+            config,
             pending: JoinSet::new(),
         }
     }
@@ -162,7 +158,7 @@ where
         loop {
             tokio::select! {
                 (io, addr) = self.inner.accept() => {
-                    let acceptor = self.acceptor.clone();
+                    let acceptor = TlsAcceptor::from(self.config.clone());
                     let io: Box<dyn Io> = Box::new(io);
                     self.pending.spawn(async move {
                         let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io))

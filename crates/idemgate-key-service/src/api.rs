@@ -44,13 +44,10 @@ pub async fn acquire<St: IdempotencyStore>(
     let key = validate::public_key(&caller.namespace, &req.scope, &req.principal, &req.key)?;
     let fp = RequestFingerprint::from_request(&req)?;
     let plan = plan(&req)?;
-    let attempt = match &req.attempt {
-        Some(a) => {
-            validate::text("attempt", a, 128)?;
-            Some(attempt_token(&key, a))
-        }
-        None => None,
-    };
+    if let Some(a) = &req.attempt {
+        validate::text("attempt", a, 128)?;
+    }
+    let attempt = req.attempt.as_ref().map(|a| attempt_token(&key, a));
     let current = fp.current()?;
     let refingerprint = |v| ready(fp.version(v));
     let begin = match attempt {
@@ -147,13 +144,12 @@ fn attempt_token(key: &ScopedKey, attempt: &str) -> LeaseToken {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part);
     }
-    let d = h.finalize();
-    LeaseToken(i64::from_be_bytes([
-        d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7],
-    ]))
+    let mut first = [0; 8];
+    first.copy_from_slice(&h.finalize()[..8]);
+    LeaseToken(i64::from_be_bytes(first))
 }
 
-fn lease_info(l: &Lease) -> LeaseInfo {
+pub(crate) fn lease_info(l: &Lease) -> LeaseInfo {
     LeaseInfo {
         token: token_hex(l.token),
         fence: l.fence,

@@ -71,8 +71,12 @@ impl Clients {
                     c.namespace
                 ));
             }
-            let Some(digest) = token_digest(c, &at, errs) else {
-                continue;
+            let digest = match token_digest(c) {
+                Ok(digest) => digest,
+                Err(why) => {
+                    errs.push(format!("{at}.{why}"));
+                    continue;
+                }
             };
             let caller = Caller {
                 name: c.name.as_str().into(),
@@ -125,46 +129,31 @@ fn valid_name(s: &str, namespace: bool) -> bool {
         && (!namespace || s.as_bytes()[0].is_ascii_alphanumeric())
 }
 
-fn token_digest(c: &ClientConfig, at: &str, errs: &mut Vec<String>) -> Option<[u8; 32]> {
+/// The digest of `c`'s token, or what is wrong, as `field: why`.
+fn token_digest(c: &ClientConfig) -> Result<[u8; 32], String> {
     match (c.token_sha256.trim(), c.token_file.trim()) {
-        ("", "") => {
-            errs.push(format!("{at}.token_sha256: missing (or give token_file)"));
-            None
-        }
+        ("", "") => Err("token_sha256: missing (or give token_file)".into()),
         (h, f) if !h.is_empty() && !f.is_empty() => {
-            errs.push(format!(
-                "{at}.token_file: give token_sha256 or token_file, not both"
-            ));
-            None
+            Err("token_file: give token_sha256 or token_file, not both".into())
         }
         (h, "") => {
             let mut digest = [0u8; 32];
-            match hex::decode_to_slice(h, &mut digest) {
-                Ok(()) => Some(digest),
-                Err(_) => {
-                    errs.push(format!(
-                        "{at}.token_sha256: must be 64 hex digits (sha256sum of the token)"
-                    ));
-                    None
-                }
-            }
+            hex::decode_to_slice(h, &mut digest).map_err(|_| {
+                "token_sha256: must be 64 hex digits (sha256sum of the token)".to_owned()
+            })?;
+            Ok(digest)
         }
-        (_, f) => match std::fs::read_to_string(Path::new(f)) {
-            Ok(text) => {
-                let token = text.trim_end_matches(['\n', '\r']);
-                if token.is_empty() || token.chars().any(|c| c.is_whitespace()) {
-                    errs.push(format!(
-                        "{at}.token_file: {f} must hold one token without spaces"
-                    ));
-                    return None;
-                }
-                Some(sha256(token.as_bytes()))
+        (_, f) => {
+            let text = std::fs::read_to_string(Path::new(f))
+                .map_err(|e| format!("token_file: cannot read {f}: {e}"))?;
+            let token = text.trim_end_matches(['\n', '\r']);
+            if token.is_empty() || token.chars().any(|c| c.is_whitespace()) {
+                return Err(format!(
+                    "token_file: {f} must hold one token without spaces"
+                ));
             }
-            Err(e) => {
-                errs.push(format!("{at}.token_file: cannot read {f}: {e}"));
-                None
-            }
-        },
+            Ok(sha256(token.as_bytes()))
+        }
     }
 }
 
@@ -179,11 +168,10 @@ impl<S: HasClients + Send + Sync> FromRequestParts<S> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let mut values = parts.headers.get_all(http::header::AUTHORIZATION).iter();
-        let (Some(value), None) = (values.next(), values.next()) else {
-            metrics::counter!("idempotency_key_service_unauthorized_total").increment(1);
-            return Err(ApiError::unauthorized());
+        let token = match (values.next(), values.next()) {
+            (Some(value), None) => value.to_str().ok().and_then(bearer_token).map(str::trim),
+            _ => None,
         };
-        let token = value.to_str().ok().and_then(bearer_token).map(str::trim);
         match token.and_then(|t| state.clients().find(t)) {
             Some(caller) => Ok(caller.clone()),
             None => {

@@ -3,7 +3,7 @@
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use idemgate_client::wire::AcquireRequest;
+use idemgate_client::wire::{AcquireRequest, RequestParts};
 use idemgate_core::fingerprint::{FingerprintInput, FingerprintOptions, CURRENT_VERSION};
 use idemgate_core::Fingerprint;
 use sha2::{Digest, Sha256};
@@ -16,24 +16,21 @@ const MAX_TARGET_BYTES: usize = 8192;
 
 /// What an acquire is fingerprinted from.
 #[derive(Debug)]
-pub(crate) enum RequestFingerprint {
+pub(crate) enum RequestFingerprint<'a> {
     /// SHA-256 of the caller's string (domain-separated from request fingerprints); the
     /// same digest under every algorithm version.
     Opaque([u8; 32]),
-    /// A request, fingerprinted by version.
+    /// A request of `scope`, fingerprinted by version, with its body decoded.
     Request {
-        scope: String,
-        method: String,
-        path: String,
-        query: Option<String>,
-        content_type: Option<String>,
+        scope: &'a str,
+        parts: &'a RequestParts,
         body: Vec<u8>,
     },
 }
 
-impl RequestFingerprint {
+impl<'a> RequestFingerprint<'a> {
     /// Reads `fingerprint` or `request` (exactly one).
-    pub(crate) fn from_request(req: &AcquireRequest) -> Result<Self, ApiError> {
+    pub(crate) fn from_request(req: &'a AcquireRequest) -> Result<Self, ApiError> {
         match (&req.fingerprint, &req.request) {
             (Some(_), Some(_)) => Err(ApiError::invalid(
                 "request",
@@ -76,11 +73,8 @@ impl RequestFingerprint {
                     None => Vec::new(),
                 };
                 Ok(Self::Request {
-                    scope: req.scope.clone(),
-                    method: r.method.clone(),
-                    path: r.path.clone(),
-                    query: r.query.clone(),
-                    content_type: r.content_type.clone(),
+                    scope: &req.scope,
+                    parts: r,
                     body,
                 })
             }
@@ -105,20 +99,13 @@ impl RequestFingerprint {
                 version,
                 digest: *digest,
             }),
-            Self::Request {
-                scope,
-                method,
-                path,
-                query,
-                content_type,
-                body,
-            } => {
+            Self::Request { scope, parts, body } => {
                 let input = FingerprintInput {
-                    method,
+                    method: &parts.method,
                     route: scope,
-                    path,
-                    query: query.as_deref(),
-                    content_type: content_type.as_deref(),
+                    path: &parts.path,
+                    query: parts.query.as_deref(),
+                    content_type: parts.content_type.as_deref(),
                     content_encoding: None,
                     headers: &[],
                     body,

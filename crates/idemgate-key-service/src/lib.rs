@@ -165,6 +165,7 @@ impl<St> auth::HasClients for Arc<KeyService<St>> {
 
 /// The API's router: `/v1/...`, with problem+json for unknown paths and methods.
 pub fn router<St: IdempotencyStore>(service: Arc<KeyService<St>>) -> Router {
+    use store_api as store;
     let limit = service.max_request_bytes;
     Router::new()
         .route("/v1/acquire", post(api::acquire::<St>))
@@ -173,18 +174,15 @@ pub fn router<St: IdempotencyStore>(service: Arc<KeyService<St>>) -> Router {
         .route("/v1/fail", post(outcome::fail::<St>))
         .route("/v1/release", post(outcome::release::<St>))
         .route("/v1/records", get(records::records::<St>))
-        .route(
-            "/v1/store/insert_or_get",
-            post(store_api::insert_or_get::<St>),
-        )
-        .route("/v1/store/take_over", post(store_api::take_over::<St>))
-        .route("/v1/store/renew", post(store_api::renew::<St>))
-        .route("/v1/store/complete", post(store_api::complete::<St>))
-        .route("/v1/store/fail", post(store_api::fail::<St>))
-        .route("/v1/store/release", post(store_api::release::<St>))
-        .route("/v1/store/get", post(store_api::get::<St>))
-        .route("/v1/store/purge", post(store_api::purge::<St>))
-        .route("/v1/store/ping", get(store_api::ping::<St>))
+        .route("/v1/store/insert_or_get", post(store::insert_or_get::<St>))
+        .route("/v1/store/take_over", post(store::take_over::<St>))
+        .route("/v1/store/renew", post(store::renew::<St>))
+        .route("/v1/store/complete", post(store::complete::<St>))
+        .route("/v1/store/fail", post(store::fail::<St>))
+        .route("/v1/store/release", post(store::release::<St>))
+        .route("/v1/store/get", post(store::get::<St>))
+        .route("/v1/store/purge", post(store::purge::<St>))
+        .route("/v1/store/ping", get(store::ping::<St>))
         .route(
             "/v1/openapi.json",
             get(|| async { Json(openapi::document()) }),

@@ -6,12 +6,11 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use idemgate_client::store_wire::token_hex;
 use idemgate_client::wire::*;
 use idemgate_core::lifecycle::RoutePlan;
 use idemgate_core::{IdempotencyStore, Lease, RecordState, StoreError, StoredResponse};
 
-use crate::api::store_error;
+use crate::api::{lease_info, store_error};
 use crate::auth::Caller;
 use crate::problem::{ApiError, JsonBody};
 use crate::validate;
@@ -61,13 +60,11 @@ pub async fn renew<St: IdempotencyStore>(
         RoutePlan::default().lease_ttl,
     )?;
     let expires_at = s.call(s.lifecycle.store().renew(&lease, ttl)).await?;
-    Ok(Json(RenewResponse {
-        lease: LeaseInfo {
-            token: token_hex(lease.token),
-            fence: lease.fence,
-            expires_at,
-        },
-    }))
+    let lease = lease_info(&Lease {
+        expires_at,
+        ..lease
+    });
+    Ok(Json(RenewResponse { lease }))
 }
 
 /// `POST /v1/complete`.

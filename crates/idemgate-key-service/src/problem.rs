@@ -125,23 +125,16 @@ impl IntoResponse for ApiError {
             detail: self.detail,
             field: self.field,
         };
+        let extra = match self.status {
+            StatusCode::UNAUTHORIZED => Some((WWW_AUTHENTICATE, "Bearer realm=\"idemgate\"")),
+            StatusCode::SERVICE_UNAVAILABLE => Some((RETRY_AFTER, "1")),
+            _ => None,
+        };
         let mut resp = (self.status, axum::Json(body)).into_response();
-        let h = resp.headers_mut();
-        h.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        match self.status {
-            StatusCode::UNAUTHORIZED => {
-                h.insert(
-                    WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"idemgate\""),
-                );
-            }
-            StatusCode::SERVICE_UNAVAILABLE => {
-                h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            _ => {}
+        let problem_json = (CONTENT_TYPE, "application/problem+json");
+        for (name, value) in std::iter::once(problem_json).chain(extra) {
+            resp.headers_mut()
+                .insert(name, HeaderValue::from_static(value));
         }
         resp
     }

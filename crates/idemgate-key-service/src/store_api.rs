@@ -37,8 +37,10 @@ fn token(field: &str, t: &str) -> Result<idemgate_core::LeaseToken, ApiError> {
     parse_token(t).map_err(|e| ApiError::invalid(field, e))
 }
 
-macro_rules! store_path {
-    ($name:ident, $path:literal, $body:ty, $answer:ty, $doc:literal) => {
+/// Documents each `POST /v1/store/...` path (`name: path, body => answer, summary`) in the
+/// OpenAPI document, on a stand-in function `name`.
+macro_rules! store_paths {
+    ($($name:ident: $path:literal, $body:ty => $answer:ty, $doc:literal;)*) => {$(
         #[doc = $doc]
         #[utoipa::path(post, path = $path, tag = "store", request_body = $body,
             security(("bearer" = [])),
@@ -51,53 +53,19 @@ macro_rules! store_path {
             ))]
         #[allow(dead_code)]
         fn $name() {}
-    };
+    )*};
 }
 
-store_path!(
-    doc_insert,
-    "/v1/store/insert_or_get",
-    InsertBody,
-    InsertAnswer,
-    "Insert-or-get."
-);
-store_path!(
-    doc_take_over,
-    "/v1/store/take_over",
-    TakeOverBody,
-    TakeOverAnswer,
-    "Take over."
-);
-store_path!(
-    doc_renew,
-    "/v1/store/renew",
-    RenewBody,
-    RenewAnswer,
-    "Renew."
-);
-store_path!(
-    doc_complete,
-    "/v1/store/complete",
-    CompleteBody,
-    Done,
-    "Complete."
-);
-store_path!(doc_fail, "/v1/store/fail", LeaseBody, Done, "Fail.");
-store_path!(
-    doc_release,
-    "/v1/store/release",
-    LeaseBody,
-    Done,
-    "Release."
-);
-store_path!(doc_get, "/v1/store/get", GetBody, GetAnswer, "Get.");
-store_path!(
-    doc_purge,
-    "/v1/store/purge",
-    PurgeBody,
-    PurgeAnswer,
-    "Purge (admin clients)."
-);
+store_paths! {
+    doc_insert: "/v1/store/insert_or_get", InsertBody => InsertAnswer, "Insert-or-get.";
+    doc_take_over: "/v1/store/take_over", TakeOverBody => TakeOverAnswer, "Take over.";
+    doc_renew: "/v1/store/renew", RenewBody => RenewAnswer, "Renew.";
+    doc_complete: "/v1/store/complete", CompleteBody => Done, "Complete.";
+    doc_fail: "/v1/store/fail", LeaseBody => Done, "Fail.";
+    doc_release: "/v1/store/release", LeaseBody => Done, "Release.";
+    doc_get: "/v1/store/get", GetBody => GetAnswer, "Get.";
+    doc_purge: "/v1/store/purge", PurgeBody => PurgeAnswer, "Purge (admin clients).";
+}
 
 /// `POST /v1/store/insert_or_get`.
 pub async fn insert_or_get<St: IdempotencyStore>(

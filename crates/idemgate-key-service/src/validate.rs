@@ -96,11 +96,6 @@ pub fn scoped_principal(namespace: &str, principal: &str) -> String {
     format!("ns:{namespace}:{principal}")
 }
 
-/// The namespace and principal of a stored `ns:<namespace>:<principal>`.
-pub fn split_principal(stored: &str) -> Option<(&str, &str)> {
-    stored.strip_prefix("ns:")?.split_once(':')
-}
-
 /// The lease a caller presents, for `key`.
 pub fn lease(key: &ScopedKey, l: &LeaseRef) -> Result<Lease, ApiError> {
     let token = parse_token(&l.token).map_err(|e| ApiError::invalid("lease.token", e))?;

@@ -55,13 +55,7 @@ impl<B: Clone> Replayable for http::Request<B> {
         self.headers()
     }
     fn try_clone(&self) -> Option<Self> {
-        let mut copy = http::Request::new(self.body().clone());
-        *copy.method_mut() = self.method().clone();
-        *copy.uri_mut() = self.uri().clone();
-        *copy.version_mut() = self.version();
-        *copy.headers_mut() = self.headers().clone();
-        *copy.extensions_mut() = self.extensions().clone();
-        Some(copy)
+        Some(self.clone())
     }
 }
 

@@ -128,15 +128,10 @@ where
     S::Error: Into<BoxError>,
 {
     if !policy.methods.contains(req.method()) || req.try_clone().is_none() {
-        let sent = inner
-            .ready()
-            .await
-            .map_err(|e| RetryError::Send(e.into()))?;
-        let resp = sent
-            .call(req)
-            .await
-            .map_err(|e| RetryError::Send(e.into()))?;
-        return Ok(resp.into_output());
+        let sent = inner.oneshot(req).await;
+        return sent
+            .map(Judged::into_output)
+            .map_err(|e| RetryError::Send(e.into()));
     }
     let key = ensure_key(&policy, &mut req);
     let deadline = Instant::now() + policy.deadline;

@@ -91,8 +91,20 @@ impl SqliteStoreError {
     /// a deleted database file.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Self::Sqlite(e) => unavailable_code(e),
-            Self::Transaction(e) => unavailable_code(e),
+            Self::Sqlite(_) | Self::Transaction(_) => matches!(
+                self.code(),
+                Some(
+                    ErrorCode::DatabaseBusy
+                        | ErrorCode::DatabaseLocked
+                        | ErrorCode::SystemIoFailure
+                        | ErrorCode::CannotOpen
+                        | ErrorCode::DiskFull
+                        | ErrorCode::ReadOnly
+                        | ErrorCode::PermissionDenied
+                        | ErrorCode::FileLockingProtocolFailed
+                        | ErrorCode::OutOfMemory
+                )
+            ),
             Self::Aborted
             | Self::QueueFull { .. }
             | Self::Closed
@@ -102,53 +114,31 @@ impl SqliteStoreError {
             Self::SchemaVersion { .. } | Self::InvalidUrl { .. } | Self::Corrupt { .. } => false,
         }
     }
-}
 
-impl SqliteStoreError {
+    /// SQLite's error code, for an error SQLite reported.
+    fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Self::Sqlite(e) => e.sqlite_error_code(),
+            Self::Transaction(e) => e.sqlite_error_code(),
+            _ => None,
+        }
+    }
+
     /// True when SQLite answered "busy" or "locked": the same call may succeed later.
     pub(crate) fn is_busy(&self) -> bool {
-        let e = match self {
-            Self::Sqlite(e) => e,
-            Self::Transaction(e) => e.as_ref(),
-            _ => return false,
-        };
         matches!(
-            e.sqlite_error_code(),
+            self.code(),
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
         )
     }
-}
 
-fn unavailable_code(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(
-            ErrorCode::DatabaseBusy
-                | ErrorCode::DatabaseLocked
-                | ErrorCode::SystemIoFailure
-                | ErrorCode::CannotOpen
-                | ErrorCode::DiskFull
-                | ErrorCode::ReadOnly
-                | ErrorCode::PermissionDenied
-                | ErrorCode::FileLockingProtocolFailed
-                | ErrorCode::OutOfMemory
-        )
-    )
-}
-
-impl SqliteStoreError {
     /// True when a write that failed with this error may still have been kept: an I/O
     /// failure (it may have hit the commit), or a store thread that stopped or a read task
     /// that failed while the command was in its hands. Anything else is SQLite's definite
     /// answer ([`StoreError::outcome_unknown`]).
     fn outcome_unknown(&self) -> bool {
-        let io = |e: &rusqlite::Error| e.sqlite_error_code() == Some(ErrorCode::SystemIoFailure);
-        match self {
-            Self::Sqlite(e) => io(e),
-            Self::Transaction(e) => io(e),
-            Self::Closed | Self::Reader(_) | Self::Spawn(_) => true,
-            _ => false,
-        }
+        matches!(self, Self::Closed | Self::Reader(_) | Self::Spawn(_))
+            || self.code() == Some(ErrorCode::SystemIoFailure)
     }
 }
 

@@ -79,10 +79,8 @@ impl DbFile {
     /// # Errors
     /// [`SqliteStoreError::FileGone`] (naming the file that changed) otherwise.
     pub(crate) fn check(&self) -> Result<()> {
-        match self.gone() {
-            None => Ok(()),
-            Some(path) => Err(SqliteStoreError::FileGone { path }),
-        }
+        let gone = self.gone();
+        gone.map_or(Ok(()), |path| Err(SqliteStoreError::FileGone { path }))
     }
 
     /// As [`DbFile::check`]: the file that changed, if any. The first change after success

@@ -6,11 +6,11 @@
 use std::num::NonZeroU32;
 
 use idemgate_core::gauges::{GaugedStore, StoreCount};
-use idemgate_core::{now_millis, RecordState, StoreError, UnixMillis};
-use rusqlite::{params, Connection};
+use idemgate_core::{now_millis, Durability, DurabilityLevel, RecordState, StoreError, UnixMillis};
+use rusqlite::{params, Connection, Row};
 
 use crate::error::Result;
-use crate::SqliteStore;
+use crate::{SqliteStore, Synchronous};
 
 /// Below this many records the gauges scan the table and count everything exactly; from
 /// this many on they read only indexes and a sample (see [`SqliteStore::gauges`]).
@@ -71,15 +71,17 @@ pub(crate) fn gauges(conn: &Connection, exact_below: i64) -> Result<StoreCount> 
     }
 }
 
-/// Counts `n` records in `state` (the column's value; `None` or an unknown one: corrupt)
-/// in `g`.
-fn add_state(g: &mut StoreCount, state: Option<&str>, n: u64) {
-    match state.and_then(RecordState::parse) {
+/// Counts the records of one `state, count(*)` row (columns 0 and 1; a NULL or unknown
+/// state is corrupt) in `g`.
+fn add_state(g: &mut StoreCount, r: &Row<'_>) -> rusqlite::Result<()> {
+    let (state, n) = (r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)? as u64);
+    match state.as_deref().and_then(RecordState::parse) {
         Some(RecordState::InProgress) => g.in_progress += n,
         Some(RecordState::Completed) => g.completed += n,
         Some(RecordState::Failed) => g.failed += n,
         None => g.unknown_state += n,
     }
+    Ok(())
 }
 
 fn exact(conn: &Connection, now: UnixMillis) -> Result<StoreCount> {
@@ -92,11 +94,7 @@ fn exact(conn: &Connection, now: UnixMillis) -> Result<StoreCount> {
     let mut stmt = conn.prepare_cached(GAUGES)?;
     let mut rows = stmt.query([now])?;
     while let Some(r) = rows.next()? {
-        add_state(
-            &mut g,
-            r.get::<_, Option<String>>(0)?.as_deref(),
-            r.get::<_, i64>(1)? as u64,
-        );
+        add_state(&mut g, r)?;
         g.body_bytes = Some(g.body_bytes.unwrap_or(0) + r.get::<_, f64>(2)? as u64);
         if let Some(c) = r.get::<_, Option<i64>>(3)? {
             g.oldest_created_at = Some(g.oldest_created_at.map_or(c, |o| o.min(c)));
@@ -119,11 +117,7 @@ fn sampled(conn: &Connection, now: UnixMillis) -> Result<StoreCount> {
     let mut stmt = conn.prepare_cached(UNSETTLED)?;
     let mut rows = stmt.query([now])?;
     while let Some(r) = rows.next()? {
-        add_state(
-            &mut g,
-            r.get::<_, Option<String>>(0)?.as_deref(),
-            r.get::<_, i64>(1)? as u64,
-        );
+        add_state(&mut g, r)?;
         g.stuck_in_progress += r.get::<_, f64>(2)? as u64;
     }
     let total = estimated_records(conn)?;
@@ -190,6 +184,29 @@ impl GaugedStore for SqliteStore {
             Ok(Some(n as u64))
         })
         .await
+    }
+
+    /// [`DurabilityLevel::Local`]: one file on this host, no replica; `synchronous` says
+    /// which crash can lose the last commits. In memory: [`DurabilityLevel::Volatile`].
+    async fn durability(&self) -> Result<Durability, StoreError> {
+        let sync = self.synchronous;
+        let report = match (self.path(), sync) {
+            (None, _) => Durability::new(
+                DurabilityLevel::Volatile,
+                "records live in this process's memory: a restart loses them all, and their keys would run again",
+            ),
+            (Some(_), Synchronous::Full) => Durability::new(
+                DurabilityLevel::Local,
+                "commits are on this host's disk when acknowledged (synchronous = FULL); no replica holds them",
+            ),
+            (Some(_), Synchronous::Normal) => Durability::new(
+                DurabilityLevel::Local,
+                "commits survive a crash of the process (synchronous = NORMAL), but a power loss or OS crash can lose the last ones; no replica holds them",
+            ),
+        };
+        Ok(report
+            .with_fact("journal_mode", "wal")
+            .with_fact("synchronous", sync.pragma_value().to_ascii_lowercase()))
     }
 }
 

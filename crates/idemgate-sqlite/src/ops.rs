@@ -11,7 +11,7 @@ use idemgate_core::{
     now_millis, response_checksum, IdempotencyRecord, InsertOutcome, InsertRequest, Lease,
     LeaseToken, StoredResponse, UnixMillis,
 };
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, ToSql};
 
 use crate::error::{Result, SqliteStoreError};
 use crate::row::read_live;
@@ -218,65 +218,46 @@ pub(crate) fn take_over(
     }))
 }
 
-/// Extends a held lease; `None` if the lease is stale.
+/// Runs `sql`, a lease holder's write (the compare-and-set of `held!`: ?1 to ?3 the key, ?4
+/// fence, ?5 token, ?6 `now`), with `more` bound from ?7 on; `None` if the lease is stale.
+fn held_write(
+    conn: &Connection,
+    sql: &str,
+    lease: &Lease,
+    now: UnixMillis,
+    more: &[&dyn ToSql],
+) -> Result<Option<()>> {
+    let (k, token) = (&lease.key, lease.token.0);
+    let key = k.key.as_str();
+    let mut args: Vec<&dyn ToSql> = vec![&k.principal, &k.route, &key, &lease.fence, &token, &now];
+    args.extend_from_slice(more);
+    let n = conn.prepare_cached(sql)?.execute(args.as_slice())?;
+    Ok((n == 1).then_some(()))
+}
+
+/// Extends a held lease, returning its new expiry; `None` if the lease is stale.
 pub(crate) fn renew(conn: &Connection, lease: &Lease, ttl: Duration) -> Result<Option<UnixMillis>> {
     let now = now_millis();
     let until = now.saturating_add(millis(ttl));
-    let k = &lease.key;
-    let n = conn.prepare_cached(RENEW)?.execute(params![
-        k.principal,
-        k.route,
-        k.key.as_str(),
-        lease.fence,
-        lease.token.0,
-        now,
-        until
-    ])?;
-    Ok((n == 1).then_some(until))
+    Ok(held_write(conn, RENEW, lease, now, &[&until])?.map(|()| until))
 }
 
-/// `in_progress` → `completed` with the response and its checksum; false if the lease is
+/// `in_progress` → `completed` with the response and its checksum; `None` if the lease is
 /// stale.
-pub(crate) fn complete(conn: &Connection, lease: &Lease, c: &Completion) -> Result<bool> {
-    let k = &lease.key;
-    let n = conn.prepare_cached(COMPLETE)?.execute(params![
-        k.principal,
-        k.route,
-        k.key.as_str(),
-        lease.fence,
-        lease.token.0,
-        now_millis(),
-        c.status,
-        c.headers,
-        &c.body[..],
-        c.replayable,
-        &c.checksum[..]
-    ])?;
-    Ok(n == 1)
+pub(crate) fn complete(conn: &Connection, lease: &Lease, c: &Completion) -> Result<Option<()>> {
+    let (body, checksum) = (&c.body[..], &c.checksum[..]);
+    let more: [&dyn ToSql; 5] = [&c.status, &c.headers, &body, &c.replayable, &checksum];
+    held_write(conn, COMPLETE, lease, now_millis(), &more)
 }
 
-/// `in_progress` → `failed` (`sql` = [`FAIL`]) or deleted ([`RELEASE`]); false if stale.
-fn held_write(conn: &Connection, sql: &str, lease: &Lease) -> Result<bool> {
-    let k = &lease.key;
-    let n = conn.prepare_cached(sql)?.execute(params![
-        k.principal,
-        k.route,
-        k.key.as_str(),
-        lease.fence,
-        lease.token.0,
-        now_millis()
-    ])?;
-    Ok(n == 1)
+/// `in_progress` → `failed`; `None` if the lease is stale.
+pub(crate) fn fail(conn: &Connection, lease: &Lease) -> Result<Option<()>> {
+    held_write(conn, FAIL, lease, now_millis(), &[])
 }
 
-/// `in_progress` → `failed`; false if the lease is stale.
-pub(crate) fn fail(conn: &Connection, lease: &Lease) -> Result<bool> {
-    held_write(conn, FAIL, lease)
-}
-
-/// Deletes the held record; false if the lease is stale.
-pub(crate) fn release(conn: &Connection, lease: &Lease) -> Result<bool> {
-    held_write(conn, RELEASE, lease)
+/// Deletes the held record; `None` if the lease is stale.
+pub(crate) fn release(conn: &Connection, lease: &Lease) -> Result<Option<()>> {
+    held_write(conn, RELEASE, lease, now_millis(), &[])
 }
 
 /// Deletes at most `batch` expired records, returning how many.

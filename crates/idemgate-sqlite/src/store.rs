@@ -17,7 +17,7 @@ use crate::checkpoint::Checkpointer;
 use crate::error::{Result, SqliteStoreError};
 use crate::file::DbFile;
 use crate::ops::{self, Completion};
-use crate::options::{SqliteLocation, SqliteOptions};
+use crate::options::{SqliteLocation, SqliteOptions, Synchronous};
 use crate::readers::Readers;
 use crate::row::read_live;
 use crate::schema;
@@ -70,6 +70,8 @@ pub struct SqliteStore {
     exited: oneshot::Receiver<()>,
     /// The database file; `None` in memory.
     path: Option<PathBuf>,
+    /// The writer's `PRAGMA synchronous`, for [`idemgate_core::GaugedStore::durability`].
+    pub(crate) synchronous: Synchronous,
 }
 
 /// Whether an operation may be refused when the queue is full.
@@ -145,6 +147,7 @@ impl SqliteStore {
             tx,
             exited,
             path,
+            synchronous: options.synchronous,
         })
     }
 
@@ -156,18 +159,12 @@ impl SqliteStore {
     /// Stops the store thread once the commands already queued have run, closes the
     /// database, and waits for both.
     pub async fn close(self) {
-        let Self {
-            readers,
-            tx,
-            exited,
-            ..
-        } = self;
-        if let Some(readers) = readers {
+        if let Some(readers) = self.readers {
             readers.close().await;
         }
-        drop(tx);
+        drop(self.tx);
         // An error means the thread is gone already.
-        let _ = exited.await;
+        let _ = self.exited.await;
     }
 
     /// Runs `op` on the store thread's connection (tests only: damaging rows behind the
@@ -226,11 +223,20 @@ impl SqliteStore {
             None => self.write(Admission::Wait, Access::Read, op).await,
         }
     }
-}
 
-/// A held write's answer: false means the lease is stale.
-fn held(changed: bool) -> Result<(), StoreError> {
-    changed.then_some(()).ok_or(StoreError::LeaseLost)
+    /// Runs the lease holder's write `op` on the store thread (waiting for room in the
+    /// queue); its `None` means the lease is stale: [`StoreError::LeaseLost`].
+    async fn held<T, F>(&self, lease: &Lease, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Lease) -> Result<Option<T>> + Send + 'static,
+    {
+        let lease = lease.clone();
+        let written = self
+            .write(Admission::Wait, Access::Write, move |c| op(c, &lease))
+            .await?;
+        written.ok_or(StoreError::LeaseLost)
+    }
 }
 
 impl IdempotencyStore for SqliteStore {
@@ -249,16 +255,14 @@ impl IdempotencyStore for SqliteStore {
             return Ok(Peeked::NotRead);
         };
         let key = key.clone();
-        let seen = readers
-            .run(move |c| {
-                let now = now_millis();
-                Ok(read_live(c, &key, now)?.map(|record| (record, now)))
+        let peeked = readers.run(move |c| {
+            let now = now_millis();
+            Ok(match read_live(c, &key, now)? {
+                Some(record) => Peeked::Live { record, now },
+                None => Peeked::Absent,
             })
-            .await?;
-        Ok(match seen {
-            Some((record, now)) => Peeked::Live { record, now },
-            None => Peeked::Absent,
-        })
+        });
+        Ok(peeked.await?)
     }
 
     /// One plain insert first (the key had no live record a moment ago, so it usually has
@@ -295,44 +299,22 @@ impl IdempotencyStore for SqliteStore {
     }
 
     async fn renew(&self, lease: &Lease, lease_ttl: Duration) -> Result<UnixMillis, StoreError> {
-        let lease = lease.clone();
-        let until = self
-            .write(Admission::Wait, Access::Write, move |c| {
-                ops::renew(c, &lease, lease_ttl)
-            })
-            .await?;
-        until.ok_or(StoreError::LeaseLost)
+        self.held(lease, move |c, l| ops::renew(c, l, lease_ttl))
+            .await
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
         let completion = Completion::new(lease, response);
-        let lease = lease.clone();
-        held(
-            self.write(Admission::Wait, Access::Write, move |c| {
-                ops::complete(c, &lease, &completion)
-            })
-            .await?,
-        )
+        self.held(lease, move |c, l| ops::complete(c, l, &completion))
+            .await
     }
 
     async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        let lease = lease.clone();
-        held(
-            self.write(Admission::Wait, Access::Write, move |c| {
-                ops::fail(c, &lease)
-            })
-            .await?,
-        )
+        self.held(lease, ops::fail).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        let lease = lease.clone();
-        held(
-            self.write(Admission::Wait, Access::Write, move |c| {
-                ops::release(c, &lease)
-            })
-            .await?,
-        )
+        self.held(lease, ops::release).await
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {

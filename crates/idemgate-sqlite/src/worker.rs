@@ -148,10 +148,8 @@ impl Worker {
         while let Some(first) = rx.blocking_recv() {
             self.batch.push(first);
             while self.batch.len() < self.max_batch {
-                match rx.try_recv() {
-                    Ok(cmd) => self.batch.push(cmd),
-                    Err(_) => break,
-                }
+                let Ok(cmd) = rx.try_recv() else { break };
+                self.batch.push(cmd);
             }
             self.run_batch();
             self.since_nudge += 1;

@@ -9,11 +9,9 @@
 //! A client that leaves before its answer gets a line with outcome `client_gone` (the
 //! operation still runs to its end; its outcome is in the metrics and any `warn` lines).
 
-use http::Response;
 use idemgate_core::loghash::{key_hash, principal_hash};
 use tokio::time::Instant;
 
-use crate::body::BoxBody;
 use crate::glue::Answered;
 use crate::metrics::RouteMetrics;
 
@@ -58,8 +56,8 @@ impl<'a> Access<'a> {
 
     /// Records the request's duration and writes its line.
     pub(crate) fn finish<E>(mut self, answered: &Answered<E>) {
-        let status = answered.1.as_ref().ok().map(Response::<BoxBody>::status);
-        self.write(answered.0, status.map(|s| s.as_u16()));
+        let status = answered.1.as_ref().ok().map(|r| r.status().as_u16());
+        self.write(answered.0, status);
     }
 
     fn write(&mut self, outcome: &'static str, status: Option<u16>) {

@@ -34,14 +34,15 @@ pub(crate) mod fingerprint;
 
 use fingerprint::{ambiguous_header, FingerprintJob};
 
-/// What a request shares with the service.
+/// What the services of one layer share, and so every request they take.
 #[derive(Debug)]
 pub(crate) struct Ctx<St> {
     pub(crate) lifecycle: Lifecycle<St>,
     pub(crate) policy: Arc<Policy>,
     pub(crate) tasks: TaskTracker,
     pub(crate) limiter: Arc<Limiter>,
-    pub(crate) meters: Arc<Meters>,
+    /// The store for completions inside a handler's transaction
+    /// (`IdempotencyLayer::with_transactions`, features `axum` and `postgres`).
     pub(crate) transactional: Option<TxStore>,
 }
 
@@ -52,17 +53,17 @@ impl<St> Clone for Ctx<St> {
             policy: self.policy.clone(),
             tasks: self.tasks.clone(),
             limiter: self.limiter.clone(),
-            meters: self.meters.clone(),
             transactional: self.transactional.clone(),
         }
     }
 }
 
 /// Steps 2 to 5 of a request whose method is covered, with the access log line and the
-/// duration of covered requests.
+/// duration of covered requests, counted under the service's `meters`.
 pub(crate) async fn handle<S, St, B, ResB>(
     inner: S,
     ctx: Ctx<St>,
+    meters: Arc<Meters>,
     req: Request<B>,
 ) -> Result<Response<BoxBody>, S::Error>
 where
@@ -77,36 +78,26 @@ where
 {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
-    let resolved = match ctx.policy.resolve_parts(&parts) {
-        None => {
-            let req = Request::from_parts(parts, body);
-            return pass_through(inner, req, ctx.meters.uncovered()).await;
-        }
-        Some(Ok(resolved)) => resolved,
-        Some(Err(refused)) => return refuse(&ctx, started, refused),
+    let Some(resolved) = ctx.policy.resolve_parts(&parts) else {
+        let req = Request::from_parts(parts, body);
+        return pass_through(inner, req, meters.uncovered()).await;
     };
-    let meters = ctx.meters.route(&resolved.label);
+    // A request refused before it reached a route (its path) counts under `(unmatched)`.
+    let meters = meters.route(resolved.as_ref().map_or(UNMATCHED, |r| &r.label));
     let mut access = Access::start(&meters, started);
-    let answered = admit(inner, &ctx, resolved, &meters, &mut access, (parts, body)).await;
+    let admitted = match resolved {
+        Ok(resolved) => admit(inner, &ctx, resolved, &meters, &mut access, (parts, body)).await,
+        Err(refused) => Err(refused),
+    };
+    let answered = admitted.unwrap_or_else(|refused| {
+        let (outcome, response) = rejection(&meters, &ctx.policy.problem_type_base, refused);
+        (outcome, Ok(response))
+    });
     access.finish(&answered);
     answered.1
 }
 
-/// The answer to a covered request refused before it reached a route (its path), counted
-/// and logged under the `(unmatched)` label.
-fn refuse<St, E>(
-    ctx: &Ctx<St>,
-    started: Instant,
-    refused: IdempotencyRejection,
-) -> Result<Response<BoxBody>, E> {
-    let meters = ctx.meters.route(UNMATCHED);
-    let access = Access::start(&meters, started);
-    let (outcome, response) = rejection(&meters, &ctx.policy.problem_type_base, refused);
-    let answered = (outcome, Ok(response));
-    access.finish(&answered);
-    answered.1
-}
-
+/// Steps 2 and 3 of a request on its route, then [`respond`]; or the refusal of the request.
 async fn admit<S, St, B, ResB>(
     inner: S,
     ctx: &Ctx<St>,
@@ -114,7 +105,7 @@ async fn admit<S, St, B, ResB>(
     meters: &Arc<RouteMetrics>,
     access: &mut Access<'_>,
     (mut parts, body): (http::request::Parts, B),
-) -> Answered<S::Error>
+) -> Result<Answered<S::Error>, IdempotencyRejection>
 where
     S: Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
@@ -126,59 +117,43 @@ where
     St: IdempotencyStore,
 {
     let policy = &ctx.policy;
-    let reject = |r| {
-        let (outcome, response) = rejection(meters, &policy.problem_type_base, r);
-        (outcome, Ok(response))
-    };
     // Before the key: a request the upstream would run as another (method, path) is
     // refused keyed or not, or it could escape `key_required` too.
     if let Some(name) = policy.override_header(&parts.headers) {
         let header = name.as_str().to_owned();
-        return reject(IdempotencyRejection::OverrideHeader { header });
+        return Err(IdempotencyRejection::OverrideHeader { header });
     }
     if let Some(path) = resolved.forward.take() {
-        match with_path(&parts.uri, &path) {
-            Some(uri) => parts.uri = uri,
-            None => return reject(IdempotencyRejection::Internal),
-        }
+        parts.uri = with_path(&parts.uri, &path).ok_or(IdempotencyRejection::Internal)?;
     }
     let (min, max) = policy.key_len;
-    let values = parts.headers.get_all(&policy.header_name);
-    let key = match parse_header_values_with(values.iter().map(|v| v.as_bytes()), min, max) {
-        Err(e) => return reject(IdempotencyRejection::InvalidKey(e)),
-        Ok(None) if resolved.policy.key_required => {
-            return reject(IdempotencyRejection::MissingKey {
-                header: policy.header_name.to_string(),
-            })
+    let values = parts.headers.get_all(&policy.header_name).iter();
+    let key = parse_header_values_with(values.map(|v| v.as_bytes()), min, max);
+    let key = match key.map_err(IdempotencyRejection::InvalidKey)? {
+        Some(key) => key,
+        None if resolved.policy.key_required => {
+            let header = policy.header_name.to_string();
+            return Err(IdempotencyRejection::MissingKey { header });
         }
-        Ok(None) => {
+        None => {
             meters.count("bypassed");
             let req = Request::from_parts(parts, body);
-            return ("bypassed", pass_through(inner, req, meters).await);
+            return Ok(("bypassed", pass_through(inner, req, meters).await));
         }
-        Ok(Some(key)) => key,
     };
     if let Some(header) = ambiguous_header(&parts.headers, resolved.policy) {
-        return reject(IdempotencyRejection::AmbiguousRequest { header });
+        return Err(IdempotencyRejection::AmbiguousRequest { header });
     }
     access.key(key.as_str());
     let rp = resolved.policy.clone();
-    let principal = match rp.principal.principal(&parts) {
-        Ok(Some(p)) => p,
-        Ok(None) if rp.allow_anonymous => "anonymous".to_owned(),
-        Ok(None) => return reject(IdempotencyRejection::MissingPrincipal),
-        Err(refused) => return reject(refused),
+    let principal = match rp.principal.principal(&parts)? {
+        Some(p) => p,
+        None if rp.allow_anonymous => "anonymous".to_owned(),
+        None => return Err(IdempotencyRejection::MissingPrincipal),
     };
     access.principal(&principal);
-
-    let ticket = match ctx.limiter.admit(&rp.limits, &resolved.label, &principal) {
-        Ok(ticket) => ticket,
-        Err(limited) => return reject(limited.into()),
-    };
-    let bytes = match read_body(&parts.headers, body, rp.max_body_bytes).await {
-        Ok(bytes) => bytes,
-        Err(r) => return reject(r),
-    };
+    let ticket = ctx.limiter.admit(&rp.limits, &resolved.label, &principal)?;
+    let bytes = read_body(&parts.headers, body, rp.max_body_bytes).await?;
     let job = Arc::new(FingerprintJob {
         method: parts.method.clone(),
         uri: parts.uri.clone(),
@@ -188,13 +163,9 @@ where
         body: bytes.clone(),
         principal: principal.clone(),
     });
-    let fingerprint = match job.clone().run(CURRENT_VERSION).await {
-        Ok(f) => f,
-        Err(r) => return reject(r),
-    };
+    let fingerprint = job.clone().run(CURRENT_VERSION).await?;
     parts.headers.remove(IDEMPOTENT_REPLAYED);
-    let lifetime_route = rp.record_ttl_header.then(|| rp.clone());
-    let mut covered = Covered {
+    let covered = Covered {
         scope: ScopedKey {
             principal,
             route: resolved.route.into_owned(),
@@ -208,35 +179,47 @@ where
         ticket,
         transactional: ctx.transactional.clone(),
     };
-    // A key its live record answers (a replay, 409, 422, ...) is answered here; only a key
-    // to acquire starts the detached task, which then runs to its end whatever the client does.
-    let acquire = match covered.peek(&ctx.lifecycle).await {
-        Peek::Acquire(acquire) => acquire,
+    respond(inner, ctx, covered, Request::from_parts(parts, full(bytes))).await
+}
+
+/// Steps 4 and 5: a key its live record answers (a replay, 409, 422, ...) is answered
+/// here; only a key to acquire starts the detached task, which then runs to its end
+/// whatever the client does. With the key's lifetime on routes that send it.
+async fn respond<S, St, ResB>(
+    inner: S,
+    ctx: &Ctx<St>,
+    mut covered: Covered,
+    request: Request<BoxBody>,
+) -> Result<Answered<S::Error>, IdempotencyRejection>
+where
+    S: Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: SendFailure + Send + 'static,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+    St: IdempotencyStore,
+{
+    let route = &covered.route;
+    let lifetime_route = route.record_ttl_header.then(|| route.clone());
+    let mut answered = match covered.peek(&ctx.lifecycle).await {
+        Peek::Acquire(acquire) => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let lifecycle = ctx.lifecycle.clone();
+            // Boxed: the task's future (the whole lifecycle, several KiB) is then moved by
+            // pointer into the task and its stages instead of being copied on each move.
+            let task = run(inner, lifecycle, covered, acquire, request, tx);
+            ctx.tasks.spawn(Box::pin(task));
+            rx.await.map_err(|_| IdempotencyRejection::Internal)?
+        }
         Peek::Answer(answer) => {
             let (outcome, response) = answer_for(&mut covered, answer);
-            let mut answer = Ok(response);
-            if let Some(route) = &lifetime_route {
-                crate::replay::add_key_lifetime(route, outcome, &mut answer);
-            }
-            return (outcome, answer);
+            (outcome, Ok(response))
         }
     };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let request = Request::from_parts(parts, full(bytes));
-    let lifecycle = ctx.lifecycle.clone();
-    // Boxed: the task's future (the whole lifecycle, several KiB) is then moved by pointer
-    // into the task and its stages instead of being copied on each move.
-    let task = run(inner, lifecycle, covered, acquire, request, tx);
-    ctx.tasks.spawn(Box::pin(task));
-    match rx.await {
-        Ok((outcome, mut answer)) => {
-            if let Some(route) = &lifetime_route {
-                crate::replay::add_key_lifetime(route, outcome, &mut answer);
-            }
-            (outcome, answer)
-        }
-        Err(_) => reject(IdempotencyRejection::Internal),
+    if let Some(route) = &lifetime_route {
+        crate::replay::add_key_lifetime(route, answered.0, &mut answered.1);
     }
+    Ok(answered)
 }
 
 /// The request body, buffered up to `limit` bytes.
@@ -296,11 +279,6 @@ fn with_path(uri: &http::Uri, path: &str) -> Option<http::Uri> {
 
 /// The `Content-Length` header as a number, if present and valid.
 pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    let value = headers.get(CONTENT_LENGTH)?.to_str().ok()?;
+    value.trim().parse().ok()
 }

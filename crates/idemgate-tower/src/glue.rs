@@ -18,11 +18,10 @@ use idemgate_core::{
     BoxError, Fingerprint, IdempotencyStore, Lifecycle, ScopedKey, StoredResponse,
 };
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 use crate::admission::fingerprint::FingerprintJob;
 use crate::admission::{content_length, pass_through};
-use crate::body::{boxed, buffer_up_to, chain, full, BoxBody, Buffered};
+use crate::body::{buffer_up_to, chain, full, BoxBody, Buffered};
 use crate::lease::{LeaseHandle, SendFailure};
 use crate::limits::Ticket;
 use crate::metrics::RouteMetrics;
@@ -56,10 +55,7 @@ impl Covered {
     /// [`Lifecycle::peek`] for this request: the answer its key's live record gives, or
     /// the acquire to run in the detached task.
     pub(crate) async fn peek<St: IdempotencyStore>(&self, lifecycle: &Lifecycle<St>) -> Peek {
-        let refingerprint = |version| {
-            let job = self.job.clone();
-            async move { job.run(version).await.ok() }
-        };
+        let refingerprint = |version| self.job.clone().run(version).map(Result::ok);
         let plan = self.route.plan();
         lifecycle
             .peek(&self.scope, self.fingerprint, &plan, refingerprint)
@@ -103,18 +99,10 @@ pub(crate) async fn run<S, St, ResB>(
     St: IdempotencyStore,
 {
     let rp = &covered.route;
-    let refingerprint = |version| {
-        let job = covered.job.clone();
-        async move { job.run(version).await.ok() }
-    };
+    let (scope, plan) = (&covered.scope, rp.plan());
+    let refingerprint = |version| covered.job.clone().run(version).map(Result::ok);
     let begun = lifecycle
-        .begin_after(
-            acquire,
-            &covered.scope,
-            covered.fingerprint,
-            &rp.plan(),
-            refingerprint,
-        )
+        .begin_after(acquire, scope, covered.fingerprint, &plan, refingerprint)
         .await;
     let answer = match begun {
         Begin::Run(holder) => {
@@ -126,22 +114,15 @@ pub(crate) async fn run<S, St, ResB>(
             covered.meters.count(outcome);
             // Boxed: only a request that runs needs this stage's state (the forwarded
             // call's future among it), so replays and rejections spawn a smaller task.
-            let execute = execute(
-                inner,
-                &lifecycle,
-                &covered,
-                holder,
-                request,
-                (outcome, reply),
-            );
+            let tagged = (outcome, reply);
+            let execute = execute(inner, &lifecycle, &covered, holder, request, tagged);
             return Box::pin(execute).await;
         }
         Begin::Answer(Answer::Unavailable(_) | Answer::Overloaded) if rp.fail_open => {
             tracing::warn!(route = %covered.label(), "store unavailable; forwarding unrecorded (fail_open)");
             covered.meters.count("fail_open");
             let answer = pass_through(inner, request, &covered.meters).await;
-            let _ = reply.send(("fail_open", answer));
-            return;
+            return drop(reply.send(("fail_open", answer)));
         }
         Begin::Answer(a) => a,
     };
@@ -160,7 +141,7 @@ enum Received {
 /// Forwards under the holder's lease (renewed once, across the call and the reading of the
 /// body), answers the client, and records the outcome.
 async fn execute<S, St, ResB>(
-    mut inner: S,
+    inner: S,
     lifecycle: &Lifecycle<St>,
     covered: &Covered,
     holder: Holder,
@@ -185,13 +166,8 @@ async fn execute<S, St, ResB>(
     // A panic of the inner service (a handler's) is caught here, in the detached task:
     // the operation may have partly run, so the record fails like a `5xx`.
     let forwarded = AssertUnwindSafe(async {
-        let started = Instant::now();
-        let called = inner.call(request).await;
-        covered
-            .meters
-            .upstream(called.as_ref().ok().map(Response::status), started);
+        let called = pass_through(inner, request, &covered.meters).await;
         let (parts, body) = called?.into_parts();
-        let body = boxed(body);
         // A `304` is kept as not replayable: it has no body and answers a conditional
         // `GET`/`HEAD` only (RFC 9110 §15.4.5), so it is never replayed.
         let keep = rp.action_for(parts.status, &parts.headers) == StatusAction::Store
@@ -222,14 +198,8 @@ async fn execute<S, St, ResB>(
                     Outcome::Fail
                 }
             };
-            return settle(
-                lifecycle,
-                &holder,
-                outcome,
-                reply,
-                ("upstream_error", Err(e)),
-            )
-            .await;
+            let failed = ("upstream_error", Err(e));
+            return settle(lifecycle, &holder, outcome, reply, failed).await;
         }
     };
     let (outcome, answer) = record(covered, parts, received);
@@ -271,21 +241,17 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
     let (outcome, body) = match (rp.action_for(parts.status, &parts.headers), received) {
         (StatusAction::Release, r) => (Outcome::Release, unbuffered(r)),
         (StatusAction::Fail, r) => (Outcome::Fail, unbuffered(r)),
-        (StatusAction::Store, Received::Streamed(body)) => (keep(Bytes::new(), false), body),
         (StatusAction::Store, Received::Buffered(Buffered::Complete(bytes))) => {
             (keep(bytes.clone(), true), full(bytes))
-        }
-        (StatusAction::Store, Received::Buffered(Buffered::Exceeded { prefix, rest })) => {
-            (keep(Bytes::new(), false), chain(prefix, rest))
         }
         (StatusAction::Store, Received::Buffered(Buffered::Failed(e))) => {
             tracing::warn!(error = %e, route = %covered.label(), "upstream response broke off; failing the record");
             let broke = IdempotencyRejection::UpstreamResponseFailed;
-            return (
-                Outcome::Fail,
-                broke.into_response(&covered.policy.problem_type_base),
-            );
+            let type_base = &covered.policy.problem_type_base;
+            return (Outcome::Fail, broke.into_response(type_base));
         }
+        // A stream, or a body over the cap: delivered whole, kept as not replayable.
+        (StatusAction::Store, r) => (keep(Bytes::new(), false), unbuffered(r)),
     };
     (outcome, Response::from_parts(parts, body))
 }
@@ -311,7 +277,7 @@ pub(crate) fn storable(route: &str, mut response: StoredResponse) -> Outcome {
     }
 }
 
-/// The body of a response that was not kept (only kept responses are buffered).
+/// The body of a response whose bytes are not kept for replay, for the client.
 fn unbuffered(received: Received) -> BoxBody {
     match received {
         Received::Streamed(body) => body,
@@ -342,14 +308,12 @@ async fn settle<St: IdempotencyStore, T>(
 
 /// Responses that stream by nature are delivered unbuffered and not kept.
 pub(crate) fn is_streaming(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            ct.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        })
+    let ct = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    ct.is_some_and(|ct| {
+        ct.trim_start()
+            .to_ascii_lowercase()
+            .starts_with("text/event-stream")
+    })
 }
 
 /// The problem response for `r` and its outcome label, counted under `meters`.

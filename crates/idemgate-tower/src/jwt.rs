@@ -148,21 +148,18 @@ impl JwtVerifier {
             let key = DecodingKey::from_jwk(jwk).map_err(|e| bad(e.to_string()))?;
             let kid = jwk.common.key_id.clone();
             if kid.is_some() && keys.iter().any(|k: &SetKey| k.kid == kid) {
-                return Err(bad(format!(
-                    "`kid` {:?} is used twice",
-                    kid.unwrap_or_default()
-                )));
+                let twice = format!("`kid` {:?} is used twice", kid.unwrap_or_default());
+                return Err(bad(twice));
             }
             keys.push(SetKey { kid, alg, key });
         }
         if keys.is_empty() {
             return Err(JwtKeyError::NoSigningKeys);
         }
-        if keys.len() > 1 {
-            if let Some(index) = keys.iter().position(|k| k.kid.is_none()) {
-                let reason = "no `kid`: with several keys each needs one".into();
-                return Err(JwtKeyError::BadKey { index, reason });
-            }
+        let unnamed = keys.iter().position(|k| k.kid.is_none());
+        if let Some(index) = unnamed.filter(|_| keys.len() > 1) {
+            let reason = "no `kid`: with several keys each needs one".into();
+            return Err(JwtKeyError::BadKey { index, reason });
         }
         self.keys = keys;
         Ok(self)
@@ -288,40 +285,27 @@ fn key_algorithm(
     params: &AlgorithmParameters,
     declared: Option<KeyAlgorithm>,
 ) -> Result<Algorithm, String> {
-    use KeyAlgorithm as K;
-    let inferred =
-        match params {
-            AlgorithmParameters::RSA(_) => Algorithm::RS256,
-            AlgorithmParameters::EllipticCurve(p) => match p.curve {
-                EllipticCurve::P256 => Algorithm::ES256,
-                EllipticCurve::P384 => Algorithm::ES384,
-                ref c => return Err(format!("curve {c:?} is not supported (P-256, P-384)")),
-            },
-            AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
-                Algorithm::EdDSA
-            }
-            AlgorithmParameters::OctetKeyPair(p) => {
-                return Err(format!("curve {:?} is not supported (Ed25519)", p.curve))
-            }
-            AlgorithmParameters::OctetKey(_) => return Err(
-                "symmetric (`oct`) keys are not accepted here; put an HS256 secret in its own file"
-                    .into(),
-            ),
-        };
+    use AlgorithmParameters as P;
+    let unsupported = |curve, supported| format!("curve {curve:?} is not supported ({supported})");
+    let inferred = match params {
+        P::RSA(_) => Algorithm::RS256,
+        P::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
+        P::EllipticCurve(p) if p.curve == EllipticCurve::P384 => Algorithm::ES384,
+        P::EllipticCurve(p) => return Err(unsupported(&p.curve, "P-256, P-384")),
+        P::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => Algorithm::EdDSA,
+        P::OctetKeyPair(p) => return Err(unsupported(&p.curve, "Ed25519")),
+        P::OctetKey(_) => {
+            let why = "symmetric (`oct`) keys are not accepted here";
+            return Err(format!("{why}; put an HS256 secret in its own file"));
+        }
+    };
     let Some(declared) = declared else {
         return Ok(inferred);
     };
-    let alg = match declared {
-        K::RS256 => Algorithm::RS256,
-        K::RS384 => Algorithm::RS384,
-        K::RS512 => Algorithm::RS512,
-        K::PS256 => Algorithm::PS256,
-        K::PS384 => Algorithm::PS384,
-        K::PS512 => Algorithm::PS512,
-        K::ES256 => Algorithm::ES256,
-        K::ES384 => Algorithm::ES384,
-        K::EdDSA => Algorithm::EdDSA,
-        other => return Err(format!("`alg` {other} is not a signature algorithm")),
+    // HMAC algorithms parse too, but a JWK set holds no secrets.
+    let alg = declared.to_string().parse::<Algorithm>().ok();
+    let Some(alg) = alg.filter(|a| a.family() != AlgorithmFamily::Hmac) else {
+        return Err(format!("`alg` {declared} is not a signature algorithm"));
     };
     if alg.family() != inferred.family() || (alg.family() == AlgorithmFamily::Ec && alg != inferred)
     {

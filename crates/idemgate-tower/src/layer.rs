@@ -9,11 +9,9 @@ use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use crate::admission::Ctx;
-use crate::limits::Limiter;
 use crate::metrics::Meters;
 use crate::policy::Policy;
 use crate::service::Idempotency;
-use crate::transaction::TxStore;
 
 /// Applies the idempotency contract to the wrapped service: see [`Idempotency`].
 ///
@@ -49,26 +47,17 @@ use crate::transaction::TxStore;
 /// ```
 #[derive(Debug)]
 pub struct IdempotencyLayer<St> {
-    lifecycle: Lifecycle<St>,
-    policy: Arc<Policy>,
-    tasks: TaskTracker,
-    limiter: Arc<Limiter>,
+    /// What every service of this layer shares.
+    pub(crate) ctx: Ctx<St>,
     /// The store's backend name, for the counters registered at 0 ([`crate::metrics::register`]).
     backend: &'static str,
-    /// The store for completions inside a handler's transaction
-    /// (`IdempotencyLayer::with_transactions`, features `axum` and `postgres`).
-    pub(crate) transactional: Option<TxStore>,
 }
 
 impl<St> Clone for IdempotencyLayer<St> {
     fn clone(&self) -> Self {
         Self {
-            lifecycle: self.lifecycle.clone(),
-            policy: self.policy.clone(),
-            tasks: self.tasks.clone(),
-            limiter: self.limiter.clone(),
+            ctx: self.ctx.clone(),
             backend: self.backend,
-            transactional: self.transactional.clone(),
         }
     }
 }
@@ -83,33 +72,34 @@ impl<St: IdempotencyStore> IdempotencyLayer<St> {
     /// `batch` ([`PurgeHandle::spawn`]); it stops when the handle is dropped, so keep it
     /// for as long as the layer serves. Not needed on Redis, which expires records itself.
     pub fn spawn_purge(&self, every: Duration, batch: NonZeroU32) -> PurgeHandle {
-        PurgeHandle::spawn(self.lifecycle.store().clone(), every, batch)
+        PurgeHandle::spawn(self.ctx.lifecycle.store().clone(), every, batch)
     }
 
     /// [`IdempotencyLayer::new`] with a store shared with other owners (a handler that
     /// completes records itself, a purge task), without wrapping it in a second `Arc`.
     pub fn from_arc(store: Arc<St>, policy: Policy) -> Self {
-        Self {
-            backend: store.backend(),
+        let backend = store.backend();
+        let ctx = Ctx {
             lifecycle: Lifecycle::new(store, policy.lifecycle.clone()),
             policy: Arc::new(policy),
             tasks: TaskTracker::new(),
             limiter: Arc::default(),
             transactional: None,
-        }
+        };
+        Self { ctx, backend }
     }
 }
 
 impl<St> IdempotencyLayer<St> {
     /// The lifecycle every service of this layer runs requests through.
     pub fn lifecycle(&self) -> &Lifecycle<St> {
-        &self.lifecycle
+        &self.ctx.lifecycle
     }
 
     /// The detached tasks (forwarded operations and their outcome writes) of every service
     /// this layer made; [`IdempotencyLayer::drain`] awaits them.
     pub fn detached_tasks(&self) -> &TaskTracker {
-        &self.tasks
+        &self.ctx.tasks
     }
 
     /// Waits until every detached task of this layer's services has ended: the forwarded
@@ -124,28 +114,22 @@ impl<St> IdempotencyLayer<St> {
     /// # Cancel safety
     /// Cancel safe: dropping the future stops the waiting, never the tasks.
     pub async fn drain(&self) {
-        self.tasks.close();
-        self.tasks.wait().await;
-        self.tasks.reopen();
+        self.ctx.tasks.close();
+        self.ctx.tasks.wait().await;
+        self.ctx.tasks.reopen();
     }
 
     /// Wraps `inner` in the middleware ([`Layer::layer`]), after registering every counter
     /// series of the policy at 0 ([`crate::metrics::register`]).
     pub(crate) fn wrap<S>(&self, inner: S) -> Idempotency<S, St> {
-        let ctx = Ctx {
-            lifecycle: self.lifecycle.clone(),
-            meters: Arc::new(Meters::for_policy(&self.policy, self.backend)),
-            policy: self.policy.clone(),
-            tasks: self.tasks.clone(),
-            limiter: self.limiter.clone(),
-            transactional: self.transactional.clone(),
-        };
-        Idempotency { inner, ctx }
+        let meters = Arc::new(Meters::for_policy(&self.ctx.policy, self.backend));
+        let ctx = self.ctx.clone();
+        Idempotency { inner, ctx, meters }
     }
 
     /// The policy in force.
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        &self.ctx.policy
     }
 
     /// This layer with another policy (a configuration reload): the lifecycle (store,
@@ -154,10 +138,9 @@ impl<St> IdempotencyLayer<St> {
     /// `policy.lifecycle` is not applied: the engine keeps the settings it started with.
     #[must_use]
     pub fn with_policy(&self, policy: Policy) -> Self {
-        Self {
-            policy: Arc::new(policy),
-            ..self.clone()
-        }
+        let mut layer = self.clone();
+        layer.ctx.policy = Arc::new(policy);
+        layer
     }
 }
 

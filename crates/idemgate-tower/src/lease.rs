@@ -118,14 +118,8 @@ pub trait SendFailure {
 
 impl SendFailure for BoxError {
     fn not_sent(&self) -> bool {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self.as_ref());
-        while let Some(e) = source {
-            if e.is::<NotSent>() {
-                return true;
-            }
-            source = e.source();
-        }
-        false
+        let first: &(dyn std::error::Error + 'static) = self.as_ref();
+        std::iter::successors(Some(first), |e| e.source()).any(|e| e.is::<NotSent>())
     }
 }
 

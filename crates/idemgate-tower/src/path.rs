@@ -181,33 +181,27 @@ pub fn normalise(path: &str) -> Result<NormalPath<'_>, PathAmbiguity> {
 /// `path` (in normal form) with its ASCII letters in lower case, escapes left as they are
 /// (`/Group%2FA` → `/group%2FA`): the spelling case-insensitive routes match.
 pub fn fold_case(path: &str) -> Cow<'_, str> {
-    let bytes = path.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => i += 3,
-            b if b.is_ascii_uppercase() => break,
-            _ => i += 1,
+    let (mut out, mut escape) = (None::<String>, 0);
+    for (i, c) in path.char_indices() {
+        let folded = match c {
+            _ if escape > 0 => {
+                escape -= 1;
+                c
+            }
+            '%' => {
+                escape = 2;
+                c
+            }
+            _ => c.to_ascii_lowercase(),
+        };
+        if folded != c && out.is_none() {
+            out = Some(path[..i].to_owned());
+        }
+        if let Some(out) = &mut out {
+            out.push(folded);
         }
     }
-    if i >= bytes.len() {
-        return Cow::Borrowed(path);
-    }
-    let mut out = String::with_capacity(path.len());
-    out.push_str(&path[..i]);
-    let mut escape = 0;
-    for c in path[i..].chars() {
-        if escape > 0 {
-            escape -= 1;
-            out.push(c);
-        } else if c == '%' {
-            escape = 2;
-            out.push(c);
-        } else {
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    Cow::Owned(out)
+    out.map_or(Cow::Borrowed(path), Cow::Owned)
 }
 
 /// `path` with a trailing `/` removed, or one added when it has none; `None` for `/`.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 use idemgate_core::engine::LeaseExpiredPolicy;
+use idemgate_core::key::{DEFAULT_MAX_LEN, DEFAULT_MIN_LEN};
 use idemgate_core::lifecycle::{LifecycleConfig, RoutePlan};
 
 use crate::path::{EncodedSlash, ForwardPath, TrailingSlash, Unmatched};
@@ -22,7 +23,7 @@ mod status;
 
 #[cfg(feature = "toml")]
 pub use file::{KeyProblem, Principals, RouteEntry};
-pub use matching::{Resolution, MAX_SCOPE_ROUTE_BYTES};
+pub use matching::{Resolution, Resolved, MAX_SCOPE_ROUTE_BYTES};
 pub use overrides::DEFAULT_OVERRIDE_HEADERS;
 
 pub use status::{StatusAction, StatusPattern, StatusRules};
@@ -303,10 +304,7 @@ impl Default for Policy {
         Self {
             header_name: HeaderName::from_static("idempotency-key"),
             methods: vec![Method::POST, Method::PATCH],
-            key_len: (
-                idemgate_core::key::DEFAULT_MIN_LEN,
-                idemgate_core::key::DEFAULT_MAX_LEN,
-            ),
+            key_len: (DEFAULT_MIN_LEN, DEFAULT_MAX_LEN),
             default_route: Arc::default(),
             principal: None,
             problem_type_base: DEFAULT_PROBLEM_BASE.to_owned(),
@@ -317,23 +315,9 @@ impl Default for Policy {
             trailing_same: false,
             unmatched: Unmatched::Default,
             forward_path: ForwardPath::AsSent,
-            override_headers: overrides::default_override_headers(),
+            override_headers: DEFAULT_OVERRIDE_HEADERS.map(HeaderName::from_static).into(),
         }
     }
-}
-
-/// A resolved route: its scope name and policy.
-#[derive(Debug)]
-pub struct Resolved<'a> {
-    /// The route part of the scope: the template, or `METHOD /concrete/path` if none matched.
-    pub route: std::borrow::Cow<'a, str>,
-    /// The route template for metric labels: the template, or `(unmatched)`.
-    pub label: std::borrow::Cow<'a, str>,
-    /// The policy to apply.
-    pub policy: &'a Arc<RoutePolicy>,
-    /// The path to forward instead of the one sent: its normal form, when
-    /// [`Policy::forward_path`] is [`ForwardPath::Normalised`] and the two differ.
-    pub forward: Option<String>,
 }
 
 impl Policy {
@@ -366,20 +350,15 @@ impl Policy {
             return Err(bad("the path must start with `/`".into()));
         }
         crate::template::check(path).map_err(bad)?;
-        // matchit panics past 25 parameters; `{{` is an escaped brace, not a parameter.
-        if path.replace("{{", "").matches('{').count() > MAX_ROUTE_PARAMS {
-            return Err(bad(format!("more than {MAX_ROUTE_PARAMS} parameters")));
-        }
         let index = self.routes.len();
         self.insert_matcher(&method, path, index, &policy)
             .map_err(bad)?;
         if !self.methods.contains(&method) {
             self.methods.push(method.clone());
         }
-        if let Some(source) = &self.principal {
-            if policy.principal == PrincipalSource::default() {
-                policy.principal = source.clone();
-            }
+        let inherits = policy.principal == PrincipalSource::default();
+        if let Some(source) = self.principal.as_ref().filter(|_| inherits) {
+            policy.principal = source.clone();
         }
         self.routes
             .push((format!("{method} {path}"), Arc::new(policy)));

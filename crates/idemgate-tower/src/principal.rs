@@ -140,18 +140,19 @@ impl fmt::Debug for PrincipalSource {
 /// Custom sources compare by identity, like [`JwtVerifier`]s.
 impl PartialEq for PrincipalSource {
     fn eq(&self, other: &Self) -> bool {
+        use PrincipalSource as P;
         match (self, other) {
-            (Self::AuthorizationHash, Self::AuthorizationHash) => true,
-            (Self::AuthorizationHmac(a), Self::AuthorizationHmac(b)) => a.0 == b.0,
-            (Self::Header(a), Self::Header(b)) => a == b,
+            (P::AuthorizationHash, P::AuthorizationHash) => true,
+            (P::AuthorizationHmac(a), P::AuthorizationHmac(b)) => a == b,
+            (P::Header(a), P::Header(b)) => a == b,
             (
-                Self::Jwt { claim, verifier },
-                Self::Jwt {
+                P::Jwt { claim, verifier },
+                P::Jwt {
                     claim: c,
                     verifier: v,
                 },
-            ) => claim == c && verifier == v,
-            (Self::Custom(a), Self::Custom(b)) => Arc::ptr_eq(a, b),
+            ) => (claim, verifier) == (c, v),
+            (P::Custom(a), P::Custom(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -161,14 +162,10 @@ impl Eq for PrincipalSource {}
 impl Principal for PrincipalSource {
     fn principal(&self, parts: &Parts) -> Result<Option<String>, IdempotencyRejection> {
         let headers = &parts.headers;
+        let authorization = || headers.get_all(AUTHORIZATION).iter().map(|v| v.as_bytes());
         match self {
-            Self::AuthorizationHash => Ok(authorization_principal(
-                headers.get_all(AUTHORIZATION).iter().map(|v| v.as_bytes()),
-            )),
-            Self::AuthorizationHmac(key) => Ok(authorization_hmac(
-                key,
-                headers.get_all(AUTHORIZATION).iter().map(|v| v.as_bytes()),
-            )),
+            Self::AuthorizationHash => Ok(authorization_principal(authorization())),
+            Self::AuthorizationHmac(key) => Ok(authorization_hmac(key, authorization())),
             Self::Header(name) => {
                 let Some(value) = single(headers, name)? else {
                     return Ok(None);
@@ -186,8 +183,10 @@ impl Principal for PrincipalSource {
                     return Ok(None);
                 };
                 let invalid = IdempotencyRejection::InvalidToken;
-                let v = value.to_str().map_err(|_| invalid(TokenError::NotBearer))?;
-                let v = v.trim();
+                let v = value
+                    .to_str()
+                    .map_err(|_| invalid(TokenError::NotBearer))?
+                    .trim();
                 if v.is_empty() {
                     return Ok(None);
                 }
@@ -250,17 +249,22 @@ pub fn principal_from_authorization(
 /// `None` when every value is blank (the request names no caller). Operators use it to
 /// find a caller's records from the header (`idemgate inspect --authorization`).
 pub fn authorization_principal<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Option<String> {
-    let mut values = values
-        .into_iter()
-        .filter(|v| !v.trim_ascii().is_empty())
-        .peekable();
-    values.peek()?;
-    let mut h = Sha256::new();
-    for v in values {
+    let h = hash_lines(Sha256::new(), values)?;
+    Some(format!("auth:{}", hex::encode(&h.finalize()[..16])))
+}
+
+/// `h` fed each non-blank value followed by `\n`; `None` when every value is blank.
+fn hash_lines<'a, H: sha2::digest::Update>(
+    mut h: H,
+    values: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<H> {
+    let mut values = values.into_iter().filter(|v| !v.trim_ascii().is_empty());
+    let first = values.next()?;
+    for v in std::iter::once(first).chain(values) {
         h.update(v);
         h.update(b"\n");
     }
-    Some(format!("auth:{}", hex::encode(&h.finalize()[..16])))
+    Some(h)
 }
 
 /// The secret of [`PrincipalSource::AuthorizationHmac`]: at least
@@ -304,18 +308,9 @@ pub fn authorization_hmac<'a>(
     values: impl IntoIterator<Item = &'a [u8]>,
 ) -> Option<String> {
     use hmac::Mac;
-    let mut values = values
-        .into_iter()
-        .filter(|v| !v.trim_ascii().is_empty())
-        .peekable();
-    values.peek()?;
     // HMAC takes a key of any length.
-    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&key.0).ok()?;
-    for v in values {
-        mac.update(v);
-        mac.update(b"\n");
-    }
-    let tag = mac.finalize().into_bytes();
+    let mac = hmac::Hmac::<Sha256>::new_from_slice(&key.0).ok()?;
+    let tag = hash_lines(mac, values)?.finalize().into_bytes();
     Some(format!("hauth:{}", hex::encode(&tag[..16])))
 }
 

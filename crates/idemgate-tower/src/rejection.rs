@@ -172,6 +172,8 @@ impl IdempotencyRejection {
     /// This answer's problem type in the catalogue of every front door
     /// ([`idemgate_core::problem`]).
     pub fn problem_type(&self) -> ProblemType {
+        // Every variant is named, without a wildcard: a new kind of rejection does not
+        // compile until it is named here, and then it joins `catalogue` too.
         match self {
             Self::MissingKey { .. } => problem::MISSING_KEY,
             Self::InvalidKey(_) => problem::INVALID_KEY,
@@ -229,62 +231,37 @@ impl IdempotencyRejection {
     /// precedence in method-call syntax, so call the trait's as
     /// `IntoResponse::into_response(rejection)`.
     pub fn into_response(self, type_base: &str) -> Response<BoxBody> {
-        let mut resp = problem(
-            self.status(),
-            type_base,
-            self.problem_type(),
-            &self.detail(),
-        );
-        match &self {
-            Self::RequestInFlight { retry_after_secs } => {
-                resp.headers_mut()
-                    .insert(RETRY_AFTER, HeaderValue::from(*retry_after_secs));
-            }
-            Self::StoreUnavailable => {
-                resp.headers_mut()
-                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            Self::InvalidToken(_) => {
-                resp.headers_mut().insert(
-                    WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer error=\"invalid_token\""),
-                );
-            }
-            Self::PrincipalLimited {
+        // RFC 9457: `type` is the problem type's URI under `type_base`.
+        let (kind, status) = (self.problem_type(), self.status());
+        let body = serde_json::json!({
+            "type": kind.type_uri(type_base),
+            "title": kind.title,
+            "status": status.as_u16(),
+            "detail": self.detail(),
+        });
+        let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+        let mut resp = Response::new(crate::body::full(bytes));
+        *resp.status_mut() = status;
+        let headers = resp.headers_mut();
+        let problem_json = HeaderValue::from_static("application/problem+json");
+        headers.insert(CONTENT_TYPE, problem_json);
+        let retry_after = match self {
+            Self::RequestInFlight { retry_after_secs }
+            | Self::PrincipalLimited {
                 retry_after_secs, ..
-            } => {
-                resp.headers_mut()
-                    .insert(RETRY_AFTER, HeaderValue::from(*retry_after_secs));
-            }
-            _ => {}
+            } => Some(retry_after_secs),
+            Self::StoreUnavailable => Some(1),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Self::InvalidToken(_) = self {
+            let challenge = HeaderValue::from_static("Bearer error=\"invalid_token\"");
+            headers.insert(WWW_AUTHENTICATE, challenge);
         }
         resp
     }
-}
-
-/// An RFC 9457 problem response: `{"type","title","status","detail"}` with
-/// `Content-Type: application/problem+json`; `type` is the problem type's URI under
-/// `type_base` ([`ProblemType::type_uri`]).
-fn problem(
-    status: StatusCode,
-    type_base: &str,
-    kind: ProblemType,
-    detail: &str,
-) -> Response<BoxBody> {
-    let body = serde_json::json!({
-        "type": kind.type_uri(type_base),
-        "title": kind.title,
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
-    let mut resp = Response::new(crate::body::full(bytes));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    resp
 }
 
 impl fmt::Display for IdempotencyRejection {

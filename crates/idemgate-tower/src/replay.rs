@@ -69,11 +69,6 @@ pub const HOP_BY_HOP: [HeaderName; 9] = [
     header::UPGRADE,
 ];
 
-/// True for hop-by-hop headers, including those named in `Connection`.
-fn is_hop_by_hop(name: &HeaderName, connection: &[HeaderName]) -> bool {
-    HOP_BY_HOP.contains(name) || connection.contains(name)
-}
-
 /// The header names a `Connection` header lists.
 fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
     headers
@@ -104,18 +99,13 @@ fn never_replayed(name: &HeaderName) -> bool {
 /// `set-cookie`, `date` and the reserved `Idempotent-*` headers (never replayed, whatever
 /// the configuration says) and the `deny` list, in order.
 pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String, Bytes)> {
+    // Hop-by-hop too: the headers `Connection` names.
     let connection = connection_tokens(headers);
+    let dropped = |n| never_replayed(n) || connection.contains(n) || deny.contains(n);
     headers
         .iter()
-        .filter(|(name, _)| {
-            !is_hop_by_hop(name, &connection) && !never_replayed(name) && !deny.contains(name)
-        })
-        .map(|(name, value)| {
-            (
-                name.as_str().to_owned(),
-                Bytes::copy_from_slice(value.as_bytes()),
-            )
-        })
+        .filter(|(name, _)| !dropped(name))
+        .map(|(n, v)| (n.as_str().to_owned(), Bytes::copy_from_slice(v.as_bytes())))
         .collect()
 }
 

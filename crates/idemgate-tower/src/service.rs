@@ -15,6 +15,7 @@ use crate::body::{boxed, BoxBody};
 use crate::future::ResponseFuture;
 use crate::layer::IdempotencyLayer;
 use crate::lease::SendFailure;
+use crate::metrics::Meters;
 use crate::policy::Policy;
 use crate::replay::IDEMPOTENT_TAKEOVER;
 
@@ -61,6 +62,8 @@ pub struct Idempotency<S, St> {
     pub(crate) inner: S,
     /// What each covered request shares with the service.
     pub(crate) ctx: Ctx<St>,
+    /// The handles of the policy's metrics, made (and registered) for this service.
+    pub(crate) meters: Arc<Meters>,
 }
 
 impl<S: Clone, St> Clone for Idempotency<S, St> {
@@ -68,6 +71,7 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
         Self {
             inner: self.inner.clone(),
             ctx: self.ctx.clone(),
+            meters: self.meters.clone(),
         }
     }
 }
@@ -135,13 +139,14 @@ where
         // Reserved: only idemgate says a request is a takeover; never trusted from clients.
         req.headers_mut().remove(IDEMPOTENT_TAKEOVER);
         if self.ctx.policy.passes_untouched(req.method()) {
-            let uncovered = self.ctx.meters.uncovered().clone();
+            let uncovered = self.meters.uncovered().clone();
             return ResponseFuture::pass_through(self.inner.call(req.map(boxed)), uncovered);
         }
         // `self.inner` was driven to readiness; a clone may not be. Keep the ready one for
         // this call and leave the clone for the next poll_ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::covered(Box::pin(handle(inner, self.ctx.clone(), req)))
+        let (ctx, meters) = (self.ctx.clone(), self.meters.clone());
+        ResponseFuture::covered(Box::pin(handle(inner, ctx, meters, req)))
     }
 }

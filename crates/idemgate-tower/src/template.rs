@@ -8,13 +8,15 @@
 
 use http::Method;
 
+use crate::policy::MAX_ROUTE_PARAMS;
+
 /// Checks the path of a route template (after `METHOD `).
 ///
 /// # Errors
 /// A message naming the offending segment and, where there is one, the right spelling:
 /// `:id` and `*rest` (other routers' syntax, which matchit takes literally), unbalanced or
 /// empty braces, parameter names other than letters, digits, `_` and `-`, and a catch-all
-/// before the last segment.
+/// before the last segment; or a template with more than [`MAX_ROUTE_PARAMS`] parameters.
 pub(crate) fn check(path: &str) -> Result<(), String> {
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     let last = segments.len().saturating_sub(1);
@@ -36,11 +38,14 @@ pub(crate) fn check(path: &str) -> Result<(), String> {
         }
         check_segment(seg, i == last)?;
     }
+    // matchit panics past 25 parameters; `{{` is an escaped brace, not a parameter.
+    if path.replace("{{", "").matches('{').count() > MAX_ROUTE_PARAMS {
+        return Err(format!("more than {MAX_ROUTE_PARAMS} parameters"));
+    }
     // A request path never holds these (a query is not part of the path; spaces and angle
     // brackets are percent-encoded), so a template with them matches nothing.
-    if let Some(c) = path.chars().find(|&c| {
-        c == '?' || c == '#' || c == '<' || c == '>' || c.is_whitespace() || c.is_control()
-    }) {
+    let never = |c: char| "?#<>".contains(c) || c.is_whitespace() || c.is_control();
+    if let Some(c) = path.chars().find(|&c| never(c)) {
         let hint = match c {
             '?' | '#' => "; routes match the path only, without a query or fragment",
             '<' | '>' => "; parameters are written `{id}`",

@@ -60,7 +60,7 @@ impl IdempotencyLayer<PostgresStore> {
     /// it. Without it `complete_in` answers [`CompleteError::NotPostgres`].
     #[must_use]
     pub fn with_transactions(mut self) -> Self {
-        self.transactional = Some(self.lifecycle().store().clone());
+        self.ctx.transactional = Some(self.lifecycle().store().clone());
         self
     }
 }
@@ -109,24 +109,18 @@ impl LeaseHandle {
             .to_bytes();
         // Kept as the layer keeps responses: a `304`, a stream or a body over the cap is
         // completed as not replayable (retries get `410`), never left to run again.
-        let replayable = parts.status != StatusCode::NOT_MODIFIED
+        let replay = parts.status != StatusCode::NOT_MODIFIED
             && !is_streaming(&parts.headers)
             && body.len() <= route.max_stored_response_bytes;
         let stored = StoredResponse {
             status: parts.status.as_u16(),
             headers: headers_to_store(&parts.headers, &route.replay_deny_headers),
-            body: if replayable {
-                body.clone()
-            } else {
-                Bytes::new()
-            },
-            replayable,
+            body: if replay { body.clone() } else { Bytes::new() },
+            replayable: replay,
         };
         let Outcome::Complete(stored) = storable(&self.lease().key.route, stored) else {
-            return Err(CompleteError::NotStorable(format!(
-                "status {}",
-                parts.status
-            )));
+            let status = format!("status {}", parts.status);
+            return Err(CompleteError::NotStorable(status));
         };
         store
             .complete_using(conn, self.lease(), &stored)

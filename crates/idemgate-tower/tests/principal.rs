@@ -8,10 +8,14 @@ use std::sync::Arc;
 use http::{HeaderName, Request, Response};
 use idemgate_core::MemoryStore;
 use idemgate_tower::body::{full, BoxBody};
-use idemgate_tower::{IdempotencyLayer, JwtVerifier, Policy, PrincipalSource, RoutePolicy};
+#[cfg(feature = "jwt")]
+use idemgate_tower::JwtVerifier;
+use idemgate_tower::{IdempotencyLayer, Policy, PrincipalSource, RoutePolicy};
+#[cfg(feature = "jwt")]
 use jsonwebtoken::{encode, EncodingKey, Header};
 use tower::{service_fn, Layer, ServiceExt};
 
+#[cfg(feature = "jwt")]
 const SECRET: &[u8] = b"an-hs256-test-secret-of-32-bytes!!";
 
 fn policy(principal: PrincipalSource) -> Policy {
@@ -85,6 +89,7 @@ async fn an_ambiguous_principal_header_is_400_and_nothing_runs() {
     assert_eq!(resp.status(), 201);
 }
 
+#[cfg(feature = "jwt")]
 fn bearer(sub: &str, iat: u64, jti: &str) -> String {
     let claims = serde_json::json!({"sub": sub, "iat": iat, "exp": iat + 3600, "jti": jti});
     let t = encode(
@@ -96,6 +101,7 @@ fn bearer(sub: &str, iat: u64, jti: &str) -> String {
     format!("Bearer {t}")
 }
 
+#[cfg(feature = "jwt")]
 #[tokio::test]
 async fn a_refreshed_token_replays_and_a_bad_one_is_401() {
     let verifier = JwtVerifier::new().with_hs256_secret(SECRET).unwrap();

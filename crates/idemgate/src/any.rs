@@ -20,8 +20,9 @@ use std::time::Duration;
 use idemgate_core::admin::{AdminStore, KeyFilter, Listing};
 use idemgate_core::store::Result;
 use idemgate_core::{
-    GaugedStore, IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease,
-    LeaseToken, MemoryStore, Peeked, RawRecord, ScopedKey, StoreCount, StoredResponse, UnixMillis,
+    Durability, DurabilityLevel, GaugedStore, IdempotencyRecord, IdempotencyStore, InsertOutcome,
+    InsertRequest, Lease, LeaseToken, MemoryStore, Peeked, RawRecord, ScopedKey, StoreCount,
+    StoredResponse, UnixMillis,
 };
 
 /// One of the stores this build includes, chosen at run time ([`AnyStore::from_url`]).
@@ -253,44 +254,37 @@ macro_rules! each {
     };
 }
 
-impl IdempotencyStore for AnyStore {
-    async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome> {
-        each!(self, s => boxed s.insert_or_get(req))
-    }
-    async fn take_over(
-        &self,
-        seen: &IdempotencyRecord,
-        token: LeaseToken,
-        lease_ttl: Duration,
-    ) -> Result<Option<Lease>> {
-        each!(self, s => boxed s.take_over(seen, token, lease_ttl))
-    }
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<UnixMillis> {
-        each!(self, s => boxed s.renew(lease, ttl))
-    }
-    async fn complete(&self, lease: &Lease, r: &StoredResponse) -> Result<()> {
-        each!(self, s => boxed s.complete(lease, r))
-    }
-    async fn fail(&self, lease: &Lease) -> Result<()> {
-        each!(self, s => boxed s.fail(lease))
-    }
-    async fn release(&self, lease: &Lease) -> Result<()> {
-        each!(self, s => boxed s.release(lease))
-    }
-    async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>> {
-        each!(self, s => boxed s.get(key))
-    }
-    async fn peek(&self, key: &ScopedKey) -> Result<Peeked> {
-        each!(self, s => boxed s.peek(key))
-    }
-    async fn insert_or_get_unseen(&self, req: &InsertRequest) -> Result<InsertOutcome> {
-        each!(self, s => boxed s.insert_or_get_unseen(req))
-    }
-    async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {
-        each!(self, s => boxed s.purge_expired(batch))
-    }
-    async fn ping(&self) -> Result<()> {
-        each!(self, s => boxed s.ping())
+/// Implements a store trait for [`AnyStore`]: each `async fn` awaits the variant's own
+/// (`boxed`, see [`each!`]); a key service answers `$k` instead, where one is given.
+macro_rules! forward {
+    (
+        $(#[$doc:meta])*
+        impl $trait:ident { $(fn $m:ident($($a:ident: $t:ty),*) -> $r:ty $(, key_service => $k:expr)?;)* }
+        $($item:item)*
+    ) => {
+        $(#[$doc])*
+        impl $trait for AnyStore {
+            $(async fn $m(&self, $($a: $t),*) -> Result<$r> {
+                each!(self, s => boxed s.$m($($a),*) $(, key_service => $k)?)
+            })*
+            $($item)*
+        }
+    };
+}
+
+forward! {
+    impl IdempotencyStore {
+        fn insert_or_get(req: &InsertRequest) -> InsertOutcome;
+        fn take_over(seen: &IdempotencyRecord, token: LeaseToken, ttl: Duration) -> Option<Lease>;
+        fn renew(lease: &Lease, ttl: Duration) -> UnixMillis;
+        fn complete(lease: &Lease, r: &StoredResponse) -> ();
+        fn fail(lease: &Lease) -> ();
+        fn release(lease: &Lease) -> ();
+        fn get(key: &ScopedKey) -> Option<IdempotencyRecord>;
+        fn peek(key: &ScopedKey) -> Peeked;
+        fn insert_or_get_unseen(req: &InsertRequest) -> InsertOutcome;
+        fn purge_expired(batch: NonZeroU32) -> u64;
+        fn ping() -> ();
     }
     fn backend(&self) -> &'static str {
         each!(self, s => s.backend())
@@ -308,25 +302,23 @@ fn key_service() -> idemgate_core::StoreError {
     )
 }
 
-/// The operator operations of the store; a key service's records are read there.
-impl AdminStore for AnyStore {
-    async fn list_key(&self, filter: &KeyFilter) -> Result<Listing> {
-        each!(self, s => boxed s.list_key(filter), key_service => Err(key_service()))
-    }
-    async fn delete_exact(&self, seen: &RawRecord) -> Result<bool> {
-        each!(self, s => boxed s.delete_exact(seen), key_service => Err(key_service()))
+forward! {
+    /// The operator operations of the store; a key service's records are read there.
+    impl AdminStore {
+        fn list_key(filter: &KeyFilter) -> Listing, key_service => Err(key_service());
+        fn delete_exact(seen: &RawRecord) -> bool, key_service => Err(key_service());
     }
 }
 
-/// The store's count; a key service counts its store on its own `/metrics`.
-impl GaugedStore for AnyStore {
-    async fn gauges(&self) -> Result<StoreCount> {
-        each!(self, s => boxed s.gauges(), key_service => Err(key_service()))
-    }
-    async fn count_exact(&self) -> Result<StoreCount> {
-        each!(self, s => boxed s.count_exact(), key_service => Err(key_service()))
-    }
-    async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>> {
-        each!(self, s => boxed s.count_expired(limit), key_service => Ok(None))
+forward! {
+    /// The store's count; a key service counts its store on its own `/metrics`.
+    impl GaugedStore {
+        fn gauges() -> StoreCount, key_service => Err(key_service());
+        fn count_exact() -> StoreCount, key_service => Err(key_service());
+        fn count_expired(limit: NonZeroU32) -> Option<u64>, key_service => Ok(None);
+        fn durability() -> Durability, key_service => Ok(Durability::new(
+            DurabilityLevel::Unknown,
+            "records live in the key service: its own start-up log and /metrics say what its store can lose",
+        ));
     }
 }

@@ -42,7 +42,6 @@
 //! # });
 //! ```
 
-use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -126,27 +125,20 @@ pub struct Resolution {
 }
 
 /// Why a record cannot be resolved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NotResolvable {
     /// It is completed: retries already get its stored answer.
+    #[error("the record is completed: retries already get its stored answer")]
     Completed,
     /// Past its `expires_at`: retries already treat the key as new.
+    #[error("the record has expired: retries already treat the key as new")]
     Expired,
     /// A live lease: a gateway is working on it (store clock, ms).
+    #[error("the record has a live lease: a gateway is working on it (wait for its outcome, or for the lease to lapse, and inspect again)")]
     LeaseLive {
         /// When the lease lapses unless renewed.
         until: UnixMillis,
     },
-}
-
-impl fmt::Display for NotResolvable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Completed => f.write_str("the record is completed: retries already get its stored answer"),
-            Self::Expired => f.write_str("the record has expired: retries already treat the key as new"),
-            Self::LeaseLive { .. } => f.write_str("the record has a live lease: a gateway is working on it (wait for its outcome, or for the lease to lapse, and inspect again)"),
-        }
-    }
 }
 
 /// Why [`resolve`] wrote nothing, or not all.

@@ -1,15 +1,13 @@
 //! Version 2: every gzip member decoded under a hard cap, media-type parameters that change
 //! the reading of the body hashed, and `multipart/form-data` compared by its parts.
 
-use std::io::Read;
-
-use sha2::{Digest, Sha256};
+use flate2::read::MultiGzDecoder;
 
 use super::media::{self, Params};
 use super::multipart::canonical_form_data;
 use super::pairs::folded_sorted_pairs;
-use super::FingerprintOptions;
-use super::{field, request_line, FingerprintError, FingerprintInput};
+use super::{body_fields, gunzip, request_line, Form};
+use super::{FingerprintError, FingerprintInput, FingerprintOptions};
 use crate::canonical::canonical_json;
 
 /// The version 2 digest of `input`, or [`FingerprintError::DecodedTooLarge`].
@@ -17,30 +15,10 @@ pub(super) fn digest(
     input: &FingerprintInput<'_>,
     opts: &FingerprintOptions<'_>,
 ) -> Result<[u8; 32], FingerprintError> {
-    let mut h = Sha256::new();
-    field(&mut h, b"idemgate-fingerprint-v2");
-    request_line(&mut h, input, folded_sorted_pairs);
+    let h = request_line(b"idemgate-fingerprint-v2", input, folded_sorted_pairs);
     let decoded = decode_all_members(input, opts.max_decoded_bytes)?;
-    let body = decoded.as_deref().unwrap_or(input.body);
-    // An encoding left undecoded is part of what the upstream reads.
-    let encoding = match (&decoded, input.content_encoding) {
-        (None, Some(e)) => e.trim().as_bytes(),
-        _ => b"identity",
-    };
-    field(&mut h, encoding);
-    let (media, canonical) = body_form(input.content_type, body, opts);
-    field(&mut h, &media);
-    match &canonical {
-        Some((kind, bytes)) => {
-            field(&mut h, &[*kind]);
-            field(&mut h, bytes);
-        }
-        None => {
-            field(&mut h, b"R");
-            field(&mut h, body);
-        }
-    }
-    Ok(h.finalize().into())
+    let form = |body: &[u8]| body_form(input.content_type, body, opts);
+    Ok(body_fields(h, input, decoded.as_deref(), form))
 }
 
 /// A `gzip`/`x-gzip` body decoded in full, every member (RFC 1952 §2.2), reading at most
@@ -50,19 +28,13 @@ fn decode_all_members(
     input: &FingerprintInput<'_>,
     max: usize,
 ) -> Result<Option<Vec<u8>>, FingerprintError> {
-    let Some(encoding) = input.content_encoding.map(str::trim) else {
+    let Some((out, ok)) = gunzip(input, max, MultiGzDecoder::new) else {
         return Ok(None);
     };
-    if !encoding.eq_ignore_ascii_case("gzip") && !encoding.eq_ignore_ascii_case("x-gzip") {
-        return Ok(None);
-    }
-    let mut out = Vec::new();
-    let mut reader = flate2::read::MultiGzDecoder::new(input.body).take(max as u64 + 1);
-    let read = reader.read_to_end(&mut out);
     if out.len() > max {
         return Err(FingerprintError::DecodedTooLarge { limit: max });
     }
-    Ok(read.ok().map(|_| out))
+    Ok(ok.then_some(out))
 }
 
 /// The media-type field and the canonical body (kind, bytes), or `None` for raw bytes.
@@ -71,11 +43,7 @@ fn decode_all_members(
 /// does not parse strictly, or `P` and the normalised type with its parameters: all of
 /// them, except `charset=utf-8` of JSON (RFC 8259 §8.1: JSON is UTF-8) and the `boundary`
 /// of a multipart form that is compared by its parts.
-fn body_form(
-    content_type: Option<&str>,
-    body: &[u8],
-    opts: &FingerprintOptions<'_>,
-) -> (Vec<u8>, Option<(u8, Vec<u8>)>) {
+fn body_form(content_type: Option<&str>, body: &[u8], opts: &FingerprintOptions<'_>) -> Form {
     let Some(ct) = content_type else {
         return (b"-".to_vec(), None);
     };

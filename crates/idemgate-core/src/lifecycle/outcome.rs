@@ -68,7 +68,7 @@ impl<St: IdempotencyStore> PendingOutcome<'_, St> {
     pub async fn retry(mut self) -> Finished {
         let (lifecycle, holder) = (self.lifecycle, self.holder);
         let write = lifecycle.write(holder, &self.outcome, true);
-        let finished = lifecycle.renewing(holder, write).await;
+        let finished = lifecycle.hold(holder, write).await;
         self.guard.settle();
         finished
     }
@@ -102,7 +102,34 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     /// Dropping the future stops renewing; the lease then lapses and retries get
     /// `outcome-unknown` (or a takeover, per route). Front doors run it in a task of its own.
     pub async fn hold<F: Future>(&self, holder: &Holder, operation: F) -> F::Output {
-        self.renewing(holder, operation).await
+        let ttl = holder.lease_ttl;
+        let renew = async {
+            let mut wait = ttl / 3;
+            loop {
+                tokio::time::sleep(wait).await;
+                match self
+                    .timed("renew", self.store.renew(&holder.lease, ttl))
+                    .await
+                {
+                    Ok(_) => wait = ttl / 3,
+                    Err(StoreError::LeaseLost) => {
+                        metrics::counter!("idempotency_lease_lost_total").increment(1);
+                        tracing::warn!(route = %holder.lease.key.route, key = %super::hash_key(&holder.lease.key), principal = %super::principal_hash(&holder.lease.key), "lease lost while the operation ran");
+                        return std::future::pending().await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "lease renewal failed; retrying");
+                        wait = (ttl / 10).max(Duration::from_millis(50));
+                    }
+                }
+            }
+        };
+        tokio::pin!(operation);
+        tokio::select! {
+            biased;
+            out = &mut operation => out,
+            never = renew => never,
+        }
     }
 
     /// Writes the outcome, renewing the lease meanwhile, and retries failed writes with
@@ -133,8 +160,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             Err(StoreError::LeaseLost) => Ok(lease_lost(&holder.lease, &outcome)),
             Err(e) => {
                 tracing::warn!(op = outcome.name(), error = %e, "outcome write failed; retrying");
-                let mut guard = self.pending.enter(outcome.bytes());
-                guard.what = outcome.name();
+                let guard = self.pending.enter(outcome.name(), outcome.bytes());
                 Err(PendingOutcome {
                     lifecycle: self,
                     holder,
@@ -208,37 +234,6 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             }
             Ok(None) => matches!(outcome, Outcome::Release),
             Err(_) => false,
-        }
-    }
-
-    async fn renewing<F: Future>(&self, holder: &Holder, fut: F) -> F::Output {
-        let ttl = holder.lease_ttl;
-        let renew = async {
-            let mut wait = ttl / 3;
-            loop {
-                tokio::time::sleep(wait).await;
-                match self
-                    .timed("renew", self.store.renew(&holder.lease, ttl))
-                    .await
-                {
-                    Ok(_) => wait = ttl / 3,
-                    Err(StoreError::LeaseLost) => {
-                        metrics::counter!("idempotency_lease_lost_total").increment(1);
-                        tracing::warn!(route = %holder.lease.key.route, key = %super::hash_key(&holder.lease.key), principal = %super::principal_hash(&holder.lease.key), "lease lost while the operation ran");
-                        return std::future::pending().await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "lease renewal failed; retrying");
-                        wait = (ttl / 10).max(Duration::from_millis(50));
-                    }
-                }
-            }
-        };
-        tokio::pin!(fut);
-        tokio::select! {
-            biased;
-            out = &mut fut => out,
-            never = renew => never,
         }
     }
 }

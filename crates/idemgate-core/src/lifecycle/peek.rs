@@ -27,13 +27,6 @@ pub enum Peek {
 #[derive(Debug)]
 pub struct Acquire(Ahead);
 
-impl Acquire {
-    /// An acquire that knows nothing ahead: what [`Lifecycle::begin`] runs.
-    pub(super) fn not_read() -> Self {
-        Self(Ahead::NotRead)
-    }
-}
-
 #[derive(Debug)]
 enum Ahead {
     /// Nothing read (the store does not read ahead, or the record needs the acquire's

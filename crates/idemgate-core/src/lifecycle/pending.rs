@@ -26,8 +26,8 @@ impl Pending {
         )
     }
 
-    /// Counts one outcome write of `bytes` until the guard drops.
-    pub(super) fn enter(self: &Arc<Self>, bytes: usize) -> PendingGuard {
+    /// Counts one outcome write, `what` with `bytes`, until the guard drops.
+    pub(super) fn enter(self: &Arc<Self>, what: &'static str, bytes: usize) -> PendingGuard {
         let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         metrics::gauge!("idempotency_pending_outcomes").set(count as f64);
@@ -35,7 +35,7 @@ impl Pending {
             pending: self.clone(),
             bytes,
             settled: false,
-            what: "",
+            what,
         }
     }
 }
@@ -48,7 +48,7 @@ pub(super) struct PendingGuard {
     pending: Arc<Pending>,
     bytes: usize,
     settled: bool,
-    pub(super) what: &'static str,
+    what: &'static str,
 }
 
 impl PendingGuard {

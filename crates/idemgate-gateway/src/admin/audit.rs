@@ -60,14 +60,11 @@ fn process_uid() -> Option<u32> {
 /// An unreadable file, or a secret shorter than the minimum.
 pub(crate) fn use_log_secret(store: &StoreArgs) -> anyhow::Result<()> {
     let secret = match std::env::var("IDEMGATE_LOG_HASH_KEY") {
-        Ok(s) => Some(s),
-        Err(_) => match &store.config {
-            Some(path) => Some(crate::config::Config::from_file(path)?.log_hash_key),
-            None => None,
-        },
+        Ok(s) => s,
+        Err(_) => store.file()?.log_hash_key,
     };
-    if let Some(s) = secret.filter(|s| !s.is_empty()) {
-        idemgate_core::loghash::set_secret(s.as_bytes())
+    if !secret.is_empty() {
+        idemgate_core::loghash::set_secret(secret.as_bytes())
             .map_err(|e| anyhow::anyhow!("log_hash_key: {e}"))?;
     }
     Ok(())
@@ -142,12 +139,8 @@ impl ResolvedView {
     /// `resolved by NAME (uid N, HOST) at TIME: was STATE (fence N); retries get ...`.
     pub fn line(&self) -> String {
         let r = &self.resolution;
-        let mut who =
-            r.by.uid
-                .map(|u| format!("uid {u}"))
-                .into_iter()
-                .collect::<Vec<_>>();
-        who.extend(r.by.host.clone());
+        let uid = r.by.uid.map(|u| format!("uid {u}"));
+        let who: Vec<String> = uid.into_iter().chain(r.by.host.clone()).collect();
         let who = match who.is_empty() {
             true => String::new(),
             false => format!(" ({})", who.join(", ")),

@@ -8,20 +8,18 @@ use http::Method;
 use idemgate_tower::Policy;
 
 use crate::cli::StoreArgs;
-use crate::config::{AdminView, Config};
+use crate::config::AdminView;
 
 /// The gateways' configuration: the `--config` file, or the built-in defaults without one
-/// (`None` path). Only what admin commands read is checked ([`Config::admin_view`]): an
-/// operator's file may name only the store.
+/// (`None` path). Only what admin commands read is checked
+/// ([`Config::admin_view`](crate::config::Config::admin_view)): an operator's file may name
+/// only the store.
 ///
 /// # Errors
 /// An unreadable or invalid file, every problem listed.
 pub(crate) fn load(store: &StoreArgs) -> anyhow::Result<AdminView> {
-    let config = match &store.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::default(),
-    };
-    config
+    store
+        .file()?
         .admin_view()
         .map_err(|errs| crate::cli::invalid(&errs))
 }

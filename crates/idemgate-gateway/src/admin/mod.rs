@@ -67,14 +67,6 @@ pub struct Selector {
     pub show_body: bool,
 }
 
-/// Flags of `inspect`.
-#[derive(Debug, Args)]
-pub struct InspectArgs {
-    /// Which records.
-    #[command(flatten)]
-    pub select: Selector,
-}
-
 /// Flags of `release`.
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
@@ -127,9 +119,7 @@ impl Selector {
             principal,
         })
     }
-}
 
-impl Selector {
     /// The principal the gateway gives a caller whose `Authorization` header is `value`: by
     /// the principal source of `--route` (or the default route) in `--config`, else the
     /// default source (the header's hash).
@@ -139,10 +129,8 @@ impl Selector {
                 let valid = gateway::load(&self.store)?;
                 let policy = &valid.policy;
                 let route = self.route.as_deref();
-                let rp = policy
-                    .routes()
-                    .find(|(r, _)| Some(*r) == route)
-                    .map_or(policy.default_route(), |(_, rp)| rp);
+                let found = policy.routes().find(|(r, _)| Some(*r) == route);
+                let rp = found.map_or(policy.default_route(), |(_, rp)| rp);
                 rp.principal.clone()
             }
             None => PrincipalSource::AuthorizationHash,
@@ -216,20 +204,20 @@ fn limits(store: &StoreArgs) -> anyhow::Result<Limits> {
 ///
 /// # Errors
 /// Bad flags, or a store that cannot be opened or read.
-pub async fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+pub async fn inspect(select: Selector) -> anyhow::Result<()> {
     // Only for `may_run_until`: a file this host cannot fully validate (e.g. the gateways'
     // TLS files are elsewhere) must not keep an operator from seeing the records.
-    let limits = limits(&args.select.store)
+    let limits = limits(&select.store)
         .inspect_err(|e| eprintln!("note: may_run_until not shown: {e:#}"))
         .ok();
-    let (_store, listing) = find(&args.select).await?;
-    let mut views = RecordView::all(&listing, args.select.show_body);
+    let (_store, listing) = find(&select).await?;
+    let mut views = RecordView::all(&listing, select.show_body);
     if let Some(limits) = limits {
         limits.annotate(&mut views, &listing);
     }
     let mut out = std::io::stdout().lock();
-    output::print_records(&mut out, &views, listing.now, args.select.json)?;
-    if views.is_empty() && !args.select.json {
+    output::print_records(&mut out, &views, listing.now, select.json)?;
+    if views.is_empty() && !select.json {
         writeln!(out, "no record matches")?;
     }
     Ok(())
@@ -300,19 +288,16 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
 /// the next retry runs the operation again. Expired records (retries already run) and
 /// records with no readable state pass.
 fn refuse_unforced(views: &[RecordView]) -> anyhow::Result<()> {
-    let count = |states: &[RecordState]| {
-        let live = views.iter().filter(|v| v.condition != "expired");
-        let parsed = live.filter_map(|v| v.state.as_deref().and_then(RecordState::parse));
-        parsed.filter(|s| states.contains(s)).count()
-    };
-    let done = count(&[RecordState::Completed]);
-    // A record whose state cannot be read may hold any of them: it counts as unsure.
-    let unreadable = views
+    let live = views.iter().filter(|v| v.condition != "expired");
+    let states: Vec<_> = live
+        .map(|v| v.state.as_deref().and_then(RecordState::parse))
+        .collect();
+    let done = states
         .iter()
-        .filter(|v| v.condition != "expired")
-        .filter(|v| v.state.as_deref().and_then(RecordState::parse).is_none())
+        .filter(|s| **s == Some(RecordState::Completed))
         .count();
-    let unsure = count(&[RecordState::InProgress, RecordState::Failed]) + unreadable;
+    // In progress, failed, or unreadable (a record whose state cannot be read may hold any).
+    let unsure = states.len() - done;
     if unsure > 0 {
         bail!(
             "{unsure} of these records is in_progress, failed or unreadable: the operation may \

@@ -89,6 +89,8 @@ impl RecordView {
             other => other.to_string(),
         });
         let in_progress = raw.state.as_deref() == Some("in_progress");
+        let body = raw.body.as_ref().filter(|_| show_body);
+        let token = raw.lease_token.filter(|_| in_progress);
         Self {
             route: raw.key.route.clone(),
             principal: raw.key.principal.clone(),
@@ -98,10 +100,7 @@ impl RecordView {
             problem,
             fingerprint_version: raw.fingerprint_version,
             fence: raw.fence,
-            lease_token: raw
-                .lease_token
-                .filter(|_| in_progress)
-                .map(|t| format!("{:016x}", t as u64)[..8].to_owned()),
+            lease_token: token.map(|t| format!("{:016x}", t as u64)[..8].to_owned()),
             lease_expires_at: raw.lease_expires_at.filter(|_| in_progress),
             created_at: raw.created_at,
             completed_at: raw.completed_at,
@@ -109,11 +108,7 @@ impl RecordView {
             status: raw.status,
             replayable: raw.replayable,
             body_bytes: raw.body.as_ref().map(|b| b.len()),
-            body: raw
-                .body
-                .as_ref()
-                .filter(|_| show_body)
-                .map(|b| String::from_utf8_lossy(b).into_owned()),
+            body: body.map(|b| String::from_utf8_lossy(b).into_owned()),
             resolved: ResolvedView::of(raw),
             may_run_until: None,
             outcome: None,
@@ -152,39 +147,26 @@ fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-const HEADER: [&str; 11] = [
-    "ROUTE",
-    "PRINCIPAL",
-    "STATE",
-    "CONDITION",
-    "FP",
-    "FENCE",
-    "LEASE",
-    "CREATED",
-    "EXPIRES",
-    "STATUS",
-    "BODY",
-];
+/// How a column shows a record.
+type Cell = fn(&RecordView) -> String;
 
-fn row(v: &RecordView) -> [String; 11] {
-    let lease = match (&v.lease_token, v.lease_expires_at) {
-        (Some(t), l) => format!("{t}.. until {}", time(l)),
-        (None, _) => "-".into(),
-    };
-    [
-        v.route.clone(),
-        v.principal.clone(),
-        opt(v.state.as_deref()),
-        v.condition.to_owned(),
-        opt(v.fingerprint_version),
-        opt(v.fence),
-        lease,
-        time(v.created_at),
-        time(v.expires_at),
-        opt(v.status),
-        v.body_bytes.map_or("-".into(), |n| format!("{n} B")),
-    ]
-}
+/// The table's columns: each one's header and cell.
+const COLUMNS: [(&str, Cell); 11] = [
+    ("ROUTE", |v| v.route.clone()),
+    ("PRINCIPAL", |v| v.principal.clone()),
+    ("STATE", |v| opt(v.state.as_deref())),
+    ("CONDITION", |v| v.condition.to_owned()),
+    ("FP", |v| opt(v.fingerprint_version)),
+    ("FENCE", |v| opt(v.fence)),
+    ("LEASE", |v| match &v.lease_token {
+        Some(t) => format!("{t}.. until {}", time(v.lease_expires_at)),
+        None => "-".into(),
+    }),
+    ("CREATED", |v| time(v.created_at)),
+    ("EXPIRES", |v| time(v.expires_at)),
+    ("STATUS", |v| opt(v.status)),
+    ("BODY", |v| opt(v.body_bytes.map(|n| format!("{n} B")))),
+];
 
 /// Prints `views` as JSON (`{"now": ms, "records": [...]}`) or as a table, with each
 /// record's problem and body (if shown) below it.
@@ -198,34 +180,26 @@ pub fn print_records(
     json: bool,
 ) -> anyhow::Result<()> {
     if json {
-        #[derive(Serialize)]
-        struct Doc<'a> {
-            now: UnixMillis,
-            records: &'a [RecordView],
-        }
-        let doc = Doc {
-            now,
-            records: views,
-        };
+        let doc = serde_json::json!({ "now": now, "records": views });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
-    let rows: Vec<[String; 11]> = views.iter().map(row).collect();
-    let mut widths = HEADER.map(str::len);
+    let rows: Vec<[String; 11]> = views
+        .iter()
+        .map(|v| COLUMNS.map(|(_, cell)| cell(v)))
+        .collect();
+    let mut widths = COLUMNS.map(|(header, _)| header.len());
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
+        let cells = cells.iter().zip(widths);
+        let padded: Vec<String> = cells.map(|(c, w)| format!("{c:<w$}")).collect();
         padded.join("  ").trim_end().to_owned()
     };
-    writeln!(out, "{}", line(HEADER.to_vec()))?;
+    writeln!(out, "{}", line(COLUMNS.map(|(header, _)| header).to_vec()))?;
     for (r, v) in rows.iter().zip(views) {
         writeln!(out, "{}", line(r.iter().map(String::as_str).collect()))?;
         if let Some(p) = &v.problem {

@@ -66,6 +66,7 @@ impl ResolveArgs {
     /// # Errors
     /// An unreadable body file, a malformed or reserved header, an outcome no store keeps.
     pub fn outcome(&self) -> anyhow::Result<OperatorOutcome> {
+        let headers = self.headers.iter().map(|h| header(h));
         let outcome = match (&self.detail, self.not_replayable) {
             (Some(detail), true) => OperatorOutcome::NotReplayable {
                 status: self.status,
@@ -73,11 +74,7 @@ impl ResolveArgs {
             },
             _ => OperatorOutcome::Replayable {
                 status: self.status,
-                headers: self
-                    .headers
-                    .iter()
-                    .map(|h| header(h))
-                    .collect::<Result<_, _>>()?,
+                headers: headers.collect::<Result<_, _>>()?,
                 body: match &self.body_file {
                     Some(path) => body_file(path)?,
                     None => Bytes::new(),
@@ -95,7 +92,8 @@ impl ResolveArgs {
 /// ([`MAX_STORED_RESPONSE_BYTES`]), so `/dev/zero` or a huge file is refused, not buffered.
 fn body_file(path: &std::path::Path) -> anyhow::Result<Bytes> {
     use std::io::Read;
-    let cannot = || format!("--body-file: cannot read {}", path.display());
+    let at = path.display();
+    let cannot = || format!("--body-file: cannot read {at}");
     let file = std::fs::File::open(path).with_context(cannot)?;
     let mut body = Vec::new();
     let limit = MAX_STORED_RESPONSE_BYTES as u64;
@@ -103,10 +101,7 @@ fn body_file(path: &std::path::Path) -> anyhow::Result<Bytes> {
         .read_to_end(&mut body)
         .with_context(cannot)?;
     if body.len() as u64 > limit {
-        bail!(
-            "--body-file: {} holds more than {limit} bytes, the most a store keeps",
-            path.display()
-        );
+        bail!("--body-file: {at} holds more than {limit} bytes, the most a store keeps");
     }
     Ok(Bytes::from(body))
 }
@@ -219,7 +214,7 @@ fn entry<'a>(
     now: i64,
 ) -> Entry<'a> {
     let condition = RecordView::new(raw, now, false).condition;
-    let r = &done.resolution;
+    let (r, fence) = (&done.resolution, done.fence);
     let kept = if r.replayable {
         "replayable"
     } else {
@@ -231,10 +226,7 @@ fn entry<'a>(
         at: r.at,
         scope: &seen.key,
         from: format!("{} ({condition}), fence {}", r.from_state, r.from_fence),
-        to: format!(
-            "completed, status {}, {kept}, fence {}",
-            r.status, done.fence
-        ),
+        to: format!("completed, status {}, {kept}, fence {fence}", r.status),
     }
 }
 
@@ -256,10 +248,7 @@ async fn report(
         v.outcome = Some("resolved");
     }
     match (&now_listed, views.is_empty()) {
-        (Ok(listing), false) if select.json => {
-            output::print_records(out, &views, listing.now, true)?
-        }
-        (Ok(listing), false) => output::print_records(out, &views, listing.now, false)?,
+        (Ok(listing), false) => output::print_records(out, &views, listing.now, select.json)?,
         _ => writeln!(out, "resolved (fence {}); inspect shows it", done.fence)?,
     }
     Ok(())

@@ -24,7 +24,6 @@ use anyhow::bail;
 use idemgate_core::admin::Listing;
 use idemgate_core::record::duration_ms as millis;
 use idemgate_core::{RawRecord, RecordState, UnixMillis};
-use idemgate_tower::Policy;
 
 use super::audit::time;
 use super::output::RecordView;
@@ -36,10 +35,9 @@ pub(crate) const MARGIN: Duration = Duration::from_secs(5);
 /// How long the gateways let an attempt run, from their configuration.
 #[derive(Debug)]
 pub(crate) struct Limits {
-    /// The gateways' `upstream_timeout` (one value for every route).
-    upstream_timeout: Duration,
-    /// The route policies, for a route's `max_lease`.
-    policy: Policy,
+    /// The gateways' `upstream_timeout` (one value for every route), and the route policies
+    /// for a route's `max_lease`.
+    config: AdminView,
     /// False when no `--config` was given and the built-in defaults stand in.
     from_file: bool,
 }
@@ -59,15 +57,12 @@ pub(crate) enum Running {
 impl Limits {
     /// The limits of `config`; `from_file` says whether it came from `--config`.
     pub(crate) fn new(config: &AdminView, from_file: bool) -> Self {
-        Self {
-            upstream_timeout: config.upstream_timeout,
-            policy: config.policy.clone(),
-            from_file,
-        }
+        let config = config.clone();
+        Self { config, from_file }
     }
 
     fn max_lease(&self, route: &str) -> Duration {
-        let policy = &self.policy;
+        let policy = &self.config.policy;
         let mut routes = policy.routes();
         routes
             .find(|(r, _)| *r == route)
@@ -102,7 +97,7 @@ impl Limits {
             None => Running::No,
             Some(None) => Running::Unknown,
             Some(Some(start)) => {
-                let until = start.saturating_add(millis(self.upstream_timeout + MARGIN));
+                let until = start.saturating_add(millis(self.config.upstream_timeout + MARGIN));
                 match now < until {
                     true => Running::Until(until),
                     false => Running::No,
@@ -158,7 +153,7 @@ impl Limits {
             _ => "A record whose times are unreadable is released only with --upstream-stopped. "
                 .into(),
         };
-        let timeout = humantime::format_duration(self.upstream_timeout);
+        let timeout = humantime::format_duration(self.config.upstream_timeout);
         let margin = humantime::format_duration(MARGIN);
         bail!(
             "the operation of {} record(s) may still be running at the upstream:\n{}\n\

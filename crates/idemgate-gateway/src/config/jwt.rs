@@ -6,7 +6,7 @@ use std::sync::Arc;
 use idemgate_tower::JwtVerifier;
 use serde::{Deserialize, Serialize};
 
-use super::duration;
+use super::parse::{duration, read};
 
 /// `[jwt]`: how bearer tokens are verified. Paths are relative to the working directory.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -78,12 +78,4 @@ impl JwtConfig {
         }
         (errs.len() == before).then(|| Arc::new(v))
     }
-}
-
-/// The bytes of the file at `path`, if set and readable.
-fn read(field: &str, path: &Option<String>, errs: &mut Vec<String>) -> Option<Vec<u8>> {
-    let path = path.as_deref()?;
-    std::fs::read(path)
-        .map_err(|e| errs.push(format!("{field}: cannot read `{path}`: {e}")))
-        .ok()
 }

@@ -5,6 +5,7 @@
 
 use serde::de::DeserializeOwned;
 
+use idemgate_key_service::{ClientConfig, KeyServiceConfig};
 use idemgate_tower::policy::{KeyProblem, RouteEntry};
 
 use super::{Config, JwtConfig};
@@ -30,43 +31,16 @@ impl Config {
                     true
                 }
                 ("key_service", toml::Value::Table(t)) => {
-                    sift::<idemgate_key_service::KeyServiceConfig>(
-                        t,
-                        "key_service.",
-                        errs,
-                        |key, value, errs| match (key, value) {
-                            ("clients", toml::Value::Array(items))
-                                if items.iter().all(toml::Value::is_table) =>
-                            {
-                                for (i, item) in items.iter_mut().enumerate() {
-                                    if let toml::Value::Table(t) = item {
-                                        let at = format!("key_service.clients[{i}].");
-                                        sift::<idemgate_key_service::ClientConfig>(
-                                            t,
-                                            &at,
-                                            errs,
-                                            |_, _, _| false,
-                                        );
-                                    }
-                                }
-                                true
-                            }
-                            _ => false,
-                        },
-                    );
+                    sift::<KeyServiceConfig>(t, "key_service.", errs, |key, value, errs| {
+                        let at = "key_service.clients";
+                        let client = |t: &mut _, at: &str| {
+                            sift::<ClientConfig>(t, at, errs, |_, _, _| false)
+                        };
+                        key == "clients" && tables(value, at, client)
+                    });
                     true
                 }
-                ("routes", toml::Value::Array(items))
-                    if items.iter().all(toml::Value::is_table) =>
-                {
-                    for (i, item) in items.iter_mut().enumerate() {
-                        if let toml::Value::Table(t) = item {
-                            let at = format!("routes[{i}].");
-                            sift_route(t, &at, errs);
-                        }
-                    }
-                    true
-                }
+                ("routes", value) => tables(value, "routes", |t, at| sift_route(t, at, errs)),
                 _ => false,
             }
         });
@@ -107,6 +81,23 @@ fn sift<T: DeserializeOwned>(
         });
         table.remove(&key);
     }
+}
+
+/// Runs `sift` on each table of `value`, an array of tables, at `{at}[i].`; false (nothing
+/// done) for any other value.
+fn tables(value: &mut toml::Value, at: &str, mut sift: impl FnMut(&mut toml::Table, &str)) -> bool {
+    let Some(items) = value.as_array_mut() else {
+        return false;
+    };
+    if !items.iter().all(toml::Value::is_table) {
+        return false;
+    }
+    for (i, item) in items.iter_mut().enumerate() {
+        if let toml::Value::Table(t) = item {
+            sift(t, &format!("{at}[{i}]."));
+        }
+    }
+    true
 }
 
 /// Reports and removes the keys of a route table that are unknown or of the wrong type;

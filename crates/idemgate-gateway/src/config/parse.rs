@@ -109,13 +109,18 @@ pub(super) fn principal_hash_key(
     path: &Option<String>,
     errs: &mut Vec<String>,
 ) -> Option<std::sync::Arc<idemgate_tower::PrincipalHashKey>> {
-    let path = path.as_deref()?;
     let field = "principal_hash_key_file";
-    let bytes = std::fs::read(path)
-        .map_err(|e| errs.push(format!("{field}: cannot read `{path}`: {e}")))
-        .ok()?;
+    let bytes = read(field, path, errs)?;
     idemgate_tower::PrincipalHashKey::new(bytes.trim_ascii_end())
         .map(std::sync::Arc::new)
         .map_err(|e| errs.push(format!("{field}: {e}")))
+        .ok()
+}
+
+/// The bytes of the file at `path`, if set and readable.
+pub(super) fn read(field: &str, path: &Option<String>, errs: &mut Vec<String>) -> Option<Vec<u8>> {
+    let path = path.as_deref()?;
+    std::fs::read(path)
+        .map_err(|e| errs.push(format!("{field}: cannot read `{path}`: {e}")))
         .ok()
 }

@@ -35,7 +35,8 @@ use super::Config;
 /// let old = Config::from_toml(text).unwrap().validate().unwrap();
 /// let more = format!("{text}[[routes]]\nroute = \"POST /payments/{{id}}\"\n");
 /// let new = Config::from_toml(&more).unwrap().validate().unwrap();
-/// assert_eq!(old.scope.changes(&new.scope), ["routes: `POST /payments/{id}` added"]);
+/// let added = old.base.scope.changes(&new.base.scope);
+/// assert_eq!(added, ["routes: `POST /payments/{id}` added"]);
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScopeSettings {
@@ -95,17 +96,13 @@ impl ScopeSettings {
         });
         let jwt = sources().any(|p| matches!(p, PrincipalSource::Jwt { .. }));
         let methods: BTreeSet<&str> = policy.methods.iter().map(|m| m.as_str()).collect();
+        let jwt_config = config.jwt.as_ref().filter(|_| jwt);
+        let issuer = jwt_config.and_then(|j| j.issuer.clone());
         Self {
             header_name: policy.header_name.clone(),
             methods: methods.into_iter().collect::<Vec<_>>().join(" "),
             principal_hash_key: hmac_key,
-            jwt_issuer: Issuer(
-                config
-                    .jwt
-                    .as_ref()
-                    .filter(|_| jwt)
-                    .and_then(|j| j.issuer.clone()),
-            ),
+            jwt_issuer: Issuer(issuer),
             unmatched: policy.unmatched,
             forward_path: policy.forward_path,
             defaults: RouteScope::new(policy.default_route()),

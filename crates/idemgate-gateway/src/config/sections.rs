@@ -35,44 +35,8 @@ pub struct Validated {
     pub upstream_timeout: Duration,
     /// Most header fields in an upstream response.
     pub max_response_headers: usize,
-    /// Store.
-    pub store: StoreUrl,
-    /// How to open it.
-    pub store_options: OpenOptions,
-    /// In-process purge period; `None` disables.
-    pub purge_interval: Option<Duration>,
-    /// Purge batch size.
-    pub purge_batch: NonZeroU32,
-    /// Store gauge refresh period; `None` disables.
-    pub gauges_interval: Option<Duration>,
-    /// The layer's policy.
-    pub policy: Policy,
-    /// The log hash secret, if configured.
-    pub log_hash_key: Option<String>,
-    /// Listener and upstream TLS.
-    pub tls: TlsSettings,
-    /// What decides requests' scope (a reload compares it with the one applied last).
-    pub scope: ScopeSettings,
-    /// Whether a reload to this configuration may change [`Validated::scope`].
-    pub allow_scope_change_on_reload: bool,
-}
-
-impl Validated {
-    /// The sections shared with the key service.
-    pub fn base(&self) -> Base {
-        Base {
-            store: self.store.clone(),
-            store_options: self.store_options.clone(),
-            purge_interval: self.purge_interval,
-            purge_batch: self.purge_batch,
-            gauges_interval: self.gauges_interval,
-            policy: self.policy.clone(),
-            log_hash_key: self.log_hash_key.clone(),
-            tls: self.tls.clone(),
-            scope: self.scope.clone(),
-            allow_scope_change_on_reload: self.allow_scope_change_on_reload,
-        }
-    }
+    /// The sections shared with the key service: store, engine, TLS, routes.
+    pub base: Base,
 }
 
 /// The sections every serving command uses (`serve`, `key-service`): store, engine,
@@ -119,6 +83,20 @@ struct Gateway {
     upstream_timeout: Option<Duration>,
 }
 
+impl Gateway {
+    /// The configuration, when this section and `base` are valid.
+    fn validated(self, max_response_headers: usize, base: Option<Base>) -> Option<Validated> {
+        Some(Validated {
+            listen: self.listen?,
+            admin_listen: self.admin_listen,
+            upstream: self.upstream?,
+            upstream_timeout: self.upstream_timeout?,
+            max_response_headers,
+            base: base?,
+        })
+    }
+}
+
 impl Config {
     /// Checks every section `serve` uses, and `[key_service]` when it is set (`serve`
     /// ignores it, but `config check` reports it): every error at once, each `field:
@@ -130,34 +108,8 @@ impl Config {
         let mut errs = Vec::new();
         let gateway = self.gateway_section(true, &mut errs);
         let base = self.sections(&gateway, &mut errs);
-        match (gateway, base) {
-            (
-                Gateway {
-                    listen: Some(listen),
-                    admin_listen,
-                    upstream: Some(upstream),
-                    upstream_timeout: Some(upstream_timeout),
-                },
-                Some(base),
-            ) if errs.is_empty() => Ok(Validated {
-                listen,
-                admin_listen,
-                upstream,
-                upstream_timeout,
-                max_response_headers: self.max_response_headers,
-                store: base.store,
-                store_options: base.store_options,
-                purge_interval: base.purge_interval,
-                purge_batch: base.purge_batch,
-                gauges_interval: base.gauges_interval,
-                policy: base.policy,
-                log_hash_key: base.log_hash_key,
-                tls: base.tls,
-                scope: base.scope,
-                allow_scope_change_on_reload: base.allow_scope_change_on_reload,
-            }),
-            _ => Err(errs),
-        }
+        let valid = gateway.validated(self.max_response_headers, base);
+        valid.filter(|_| errs.is_empty()).ok_or(errs)
     }
 
     /// `config check`: what [`Config::validate`] reports, but `upstream` may be left out
@@ -167,12 +119,6 @@ impl Config {
         let gateway = self.gateway_section(false, &mut errs);
         self.sections(&gateway, &mut errs);
         errs
-    }
-
-    /// The sections a key service uses: store, engine, listener TLS and routes (no
-    /// upstream, no gateway listeners); every problem goes to `errs`.
-    pub fn base(&self, errs: &mut Vec<String>) -> Option<Base> {
-        self.base_section(false, errs)
     }
 
     /// What the admin commands read: the routes and `upstream_timeout`.
@@ -194,11 +140,9 @@ impl Config {
 
     /// The [`Base`] and `[key_service]` (when set) of `serve` and `config check`.
     fn sections(&self, gateway: &Gateway, errs: &mut Vec<String>) -> Option<Base> {
-        let https = gateway
-            .upstream
-            .as_ref()
-            .is_some_and(|u| u.scheme_str() == Some("https"));
-        let base = self.base_section(https, errs);
+        let upstream = gateway.upstream.as_ref();
+        let https = upstream.is_some_and(|u| u.scheme_str() == Some("https"));
+        let base = self.base(https, errs);
         if self.key_service != idemgate_key_service::KeyServiceConfig::default() {
             errs.extend(self.key_service.validate().err().unwrap_or_default());
         }
@@ -238,8 +182,10 @@ impl Config {
         }
     }
 
-    /// Store, engine, TLS (the upstream's roots when `https_upstream`) and routes.
-    fn base_section(&self, https_upstream: bool, errs: &mut Vec<String>) -> Option<Base> {
+    /// The sections every serving command uses: store, engine, listener TLS (and the
+    /// upstream's roots when `https_upstream`; a key service has no upstream) and routes;
+    /// every problem goes to `errs`.
+    pub fn base(&self, https_upstream: bool, errs: &mut Vec<String>) -> Option<Base> {
         let before = errs.len();
         let tls = self.tls(https_upstream, errs);
         let store = self.store_section(errs);

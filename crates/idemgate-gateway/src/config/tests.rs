@@ -130,7 +130,7 @@ fn routes_inherit_defaults_and_override() {
         "#,
     );
     let v = c.validate().unwrap();
-    let (route, rp) = v.policy.routes().next().unwrap();
+    let (route, rp) = v.base.policy.routes().next().unwrap();
     assert_eq!(route, "POST /accounts/{id}/refunds");
     assert!(rp.key_required);
     assert_eq!(rp.lease_ttl, Duration::from_secs(2));
@@ -140,8 +140,8 @@ fn routes_inherit_defaults_and_override() {
         PrincipalSource::Header(HeaderName::from_static("x-user-id"))
     );
     assert_eq!(rp.record_ttl, Duration::from_secs(86400));
-    assert!(!v.policy.default_route().key_required);
-    assert_eq!(v.store, StoreUrl::Memory);
+    assert!(!v.base.policy.default_route().key_required);
+    assert_eq!(v.base.store, StoreUrl::Memory);
 }
 
 #[test]
@@ -152,16 +152,16 @@ fn a_lapsed_lease_means_outcome_unknown_unless_a_route_says_otherwise() {
     );
     let v = c.validate().unwrap();
     assert_eq!(
-        v.policy.default_route().lease_expired,
+        v.base.policy.default_route().lease_expired,
         LeaseExpiredPolicy::Unknown
     );
-    let (_, likes) = v.policy.routes().next().unwrap();
+    let (_, likes) = v.base.policy.routes().next().unwrap();
     assert_eq!(likes.lease_expired, LeaseExpiredPolicy::Takeover);
     assert_eq!(
-        v.policy.lifecycle.store_timeout,
+        v.base.policy.lifecycle.store_timeout,
         std::time::Duration::from_millis(500)
     );
-    assert_eq!(v.policy.lifecycle.max_pending_outcomes, 8);
+    assert_eq!(v.base.policy.lifecycle.max_pending_outcomes, 8);
 
     let bad = parse(
         "upstream = \"http://127.0.0.1:3000\"\nstore_timeout = \"soon\"\nmax_pending_outcomes = 0\n\
@@ -188,8 +188,9 @@ fn the_decoded_body_limit_follows_each_routes_body_limit_unless_set() {
          [[routes]]\nroute = \"POST /b\"\nmax_body_bytes = 300\n",
     );
     let v = c.validate().unwrap();
-    assert_eq!(v.policy.default_route().decoded_body_limit(), 4000);
+    assert_eq!(v.base.policy.default_route().decoded_body_limit(), 4000);
     let limits: Vec<_> = v
+        .base
         .policy
         .routes()
         .map(|(r, p)| (r.to_owned(), p.decoded_body_limit()))

@@ -5,7 +5,7 @@
 //! with a parse error and its connection writes a fixed `400 Bad Request` with an empty
 //! body. There is no hook for that answer: the request never reaches a service, and
 //! neither `hyper::server::conn::http1::Builder` nor hyper-util's `auto::Builder` lets a
-//! parse error be mapped to a response. So the connection is wrapped ([`LengthProblemListener`]):
+//! parse error be mapped to a response. So the connection is wrapped ([`LengthProblemIo`]):
 //!
 //! - reading, it looks at each request head as hyper reads it (the bytes read since the
 //!   last response began, up to the blank line) and applies hyper's own rule to its
@@ -57,10 +57,7 @@ impl LengthProblem {
         };
         let mut head = format!("HTTP/1.1 {}\r\n", parts.status).into_bytes();
         for (name, value) in &parts.headers {
-            head.extend_from_slice(name.as_str().as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
+            head.extend([name.as_str().as_bytes(), b": ", value.as_bytes(), b"\r\n"].concat());
         }
         head.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
         head.extend_from_slice(b"connection: close\r\n");
@@ -87,36 +84,8 @@ impl LengthProblem {
     }
 }
 
-/// A listener whose connections answer a request head with differing `Content-Length`
-/// values with [`LengthProblem`] (see the module documentation).
-#[derive(Debug)]
-pub(crate) struct LengthProblemListener<L> {
-    inner: L,
-    problem: LengthProblem,
-}
-
-impl<L> LengthProblemListener<L> {
-    /// Wraps `inner`'s connections.
-    pub(crate) fn new(inner: L, problem: LengthProblem) -> Self {
-        Self { inner, problem }
-    }
-}
-
-impl<L: axum::serve::Listener> axum::serve::Listener for LengthProblemListener<L> {
-    type Io = LengthProblemIo<L::Io>;
-    type Addr = L::Addr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (io, addr) = self.inner.accept().await;
-        (LengthProblemIo::new(io, self.problem.clone()), addr)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
-/// A connection of a [`LengthProblemListener`].
+/// A connection whose answer to a request head with differing `Content-Length` values is
+/// [`LengthProblem`] (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct LengthProblemIo<I> {
     io: I,
@@ -156,19 +125,25 @@ impl<I: AsyncWrite + Unpin> LengthProblemIo<I> {
     }
 
     /// Whether `buf` (one whole write) is hyper's bare `400` answering a head with
-    /// differing `Content-Length` values; if so, the problem answer is queued in its place.
-    fn replaced(&mut self, buf: &[u8]) -> bool {
+    /// differing `Content-Length` values; if so, the problem answer goes out in its place
+    /// (now or on the flush that follows), and this is the result of hyper's write: its head
+    /// counts as written.
+    fn replaced(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Option<Poll<io::Result<usize>>> {
         let bare = self.head.conflicting()
             && buf.starts_with(BARE_400)
             && buf.ends_with(b"\r\n\r\n")
             && buf
                 .windows(b"content-length: 0\r\n".len())
                 .any(|w| w.eq_ignore_ascii_case(b"content-length: 0\r\n"));
-        if bare {
-            self.pending = Some(self.problem.replacing(buf));
-        }
         self.head.response_began();
-        bare
+        if !bare {
+            return None;
+        }
+        self.pending = Some(self.problem.replacing(buf));
+        match self.poll_pending(cx) {
+            Poll::Ready(Err(e)) => Some(Poll::Ready(Err(e))),
+            _ => Some(Poll::Ready(Ok(buf.len()))),
+        }
     }
 }
 
@@ -194,13 +169,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for LengthProblemIo<I> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         ready!(this.poll_pending(cx))?;
-        if this.replaced(buf) {
-            // hyper's head counts as written; the answer in its place goes out now or on
-            // the flush that follows.
-            if let Poll::Ready(Err(e)) = this.poll_pending(cx) {
-                return Poll::Ready(Err(e));
-            }
-            return Poll::Ready(Ok(buf.len()));
+        if let Some(written) = this.replaced(cx, buf) {
+            return written;
         }
         Pin::new(&mut this.io).poll_write(cx, buf)
     }
@@ -215,11 +185,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for LengthProblemIo<I> {
         // hyper's bare head is one slice; anything else is a response it is writing.
         let mut slices = bufs.iter().filter(|b| !b.is_empty());
         if let (Some(only), None) = (slices.next(), slices.next()) {
-            if this.replaced(only) {
-                if let Poll::Ready(Err(e)) = this.poll_pending(cx) {
-                    return Poll::Ready(Err(e));
-                }
-                return Poll::Ready(Ok(only.len()));
+            if let Some(written) = this.replaced(cx, only) {
+                return written;
             }
         } else {
             this.head.response_began();

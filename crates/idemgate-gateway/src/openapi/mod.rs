@@ -43,13 +43,11 @@ pub enum Format {
 impl Format {
     /// The format of a description's text: JSON when it starts with `{`, else YAML.
     pub fn of(text: &str) -> Self {
-        match text
-            .trim_start_matches('\u{feff}')
-            .trim_start()
-            .starts_with('{')
-        {
-            true => Format::Json,
-            false => Format::Yaml,
+        let text = text.trim_start_matches('\u{feff}').trim_start();
+        if text.starts_with('{') {
+            Format::Json
+        } else {
+            Format::Yaml
         }
     }
 }
@@ -115,19 +113,15 @@ pub fn command(args: OpenapiArgs) -> anyhow::Result<()> {
         None => (contract.fragment(), args.format),
         Some(path) => {
             let (mut doc, format) = read(path)?;
-            let report = contract
-                .merge_into(&mut doc)
-                .map_err(|e| anyhow::anyhow!("--merge: {}: {e}", path.display()))?;
+            let at = path.display();
+            let merged = contract.merge_into(&mut doc);
+            let report = merged.map_err(|e| anyhow::anyhow!("--merge: {at}: {e}"))?;
+            let n = report.operations.len();
             eprintln!(
-                "idemgate openapi: added the idempotency contract to {} operation(s) of {}",
-                report.operations.len(),
-                path.display()
+                "idemgate openapi: added the idempotency contract to {n} operation(s) of {at}"
             );
             for route in &report.unmatched_routes {
-                eprintln!(
-                    "idemgate openapi: route `{route}` matches no operation of {}",
-                    path.display()
-                );
+                eprintln!("idemgate openapi: route `{route}` matches no operation of {at}");
             }
             (doc, format)
         }
@@ -148,10 +142,7 @@ pub fn command(args: OpenapiArgs) -> anyhow::Result<()> {
 
 /// The validated policy of a configuration file: its routes section only.
 fn policy(file: Option<&Path>) -> anyhow::Result<idemgate_tower::Policy> {
-    let (config, mut errs) = match file {
-        Some(path) => Config::load(path)?,
-        None => (Config::default(), Vec::new()),
-    };
+    let (config, mut errs) = Config::load(file)?;
     let policy = config.routes_section(&mut errs);
     if !errs.is_empty() {
         return Err(crate::cli::invalid(&errs)).with_context(|| match file {

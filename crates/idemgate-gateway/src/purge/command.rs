@@ -45,26 +45,22 @@ impl PurgeArgs {
     fn options(&self) -> anyhow::Result<PurgeOptions> {
         let batch = NonZeroU32::new(self.batch)
             .ok_or_else(|| anyhow::anyhow!("--batch: must be at least 1"))?;
-        let max_rate = match self.max_rate {
-            None => None,
-            Some(r) => Some(
-                NonZeroU32::new(r)
-                    .ok_or_else(|| anyhow::anyhow!("--max-rate: must be at least 1 row/s"))?,
-            ),
-        };
+        let max_rate = self.max_rate.map(|r| {
+            NonZeroU32::new(r)
+                .ok_or_else(|| anyhow::anyhow!("--max-rate: must be at least 1 row/s"))
+        });
         if self.watch && self.interval.is_zero() {
             anyhow::bail!("--interval: must be longer than 0s");
         }
         Ok(PurgeOptions {
             batch,
-            max_rate,
+            max_rate: max_rate.transpose()?,
             dry_run: self.dry_run,
         })
     }
 
     /// Checks `--table` and `--key-prefix` against the store they would apply to.
     fn check_target(&self, url: &StoreUrl) -> anyhow::Result<()> {
-        let redis = matches!(url, StoreUrl::Redis(_));
         match (&self.table, url) {
             (Some(t), StoreUrl::Sqlite(_)) if t != SQLITE_TABLE => anyhow::bail!(
                 "--table: the SQLite store keeps its records in `{SQLITE_TABLE}`, not `{t}`"
@@ -76,7 +72,7 @@ impl PurgeArgs {
             }
             _ => {}
         }
-        if self.key_prefix.is_some() && !redis {
+        if self.key_prefix.is_some() && !matches!(url, StoreUrl::Redis(_)) {
             anyhow::bail!("--key-prefix: applies to Redis stores only; SQL stores use --table");
         }
         Ok(())
@@ -95,12 +91,8 @@ pub async fn command(args: PurgeArgs) -> anyhow::Result<()> {
     args.check_target(&url)?;
     open.migrate = false;
     open.create = false;
-    if let Some(t) = &args.table {
-        open.table = Some(t.clone());
-    }
-    if let Some(p) = &args.key_prefix {
-        open.key_prefix = Some(p.clone());
-    }
+    open.table = args.table.clone().or(open.table);
+    open.key_prefix = args.key_prefix.clone().or(open.key_prefix);
     let store = crate::store::open(&url, &open).await?;
     if args.watch {
         watch(

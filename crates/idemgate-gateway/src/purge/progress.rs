@@ -5,18 +5,18 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Receives a purge run's progress.
+/// Receives a purge run's progress; each method does nothing by default.
 pub trait Progress: Send {
     /// True when the run should count the expired records first, for a total.
     fn wants_total(&self) -> bool {
         false
     }
     /// The run starts; `total` records are expected to go, when counted.
-    fn start(&mut self, total: Option<u64>);
+    fn start(&mut self, _total: Option<u64>) {}
     /// A batch is done; `deleted` records so far.
-    fn advance(&mut self, deleted: u64);
+    fn advance(&mut self, _deleted: u64) {}
     /// The run is done; `deleted` records in all.
-    fn finish(&mut self, deleted: u64);
+    fn finish(&mut self, _deleted: u64) {}
 }
 
 /// True when a progress bar should be drawn: standard error is a terminal and `TERM` is not
@@ -47,19 +47,19 @@ impl Progress for BarProgress {
         true
     }
     fn start(&mut self, total: Option<u64>) {
-        let bar = match total {
-            Some(n) => ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr())
-                .with_style(
-                    ProgressStyle::with_template(
-                        "purging {bar:40} {pos}/{len} records ({per_sec}, eta {eta})",
-                    )
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-                ),
-            None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()).with_style(
-                ProgressStyle::with_template("purging {spinner} {pos} records ({per_sec})")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        let (template, fallback) = match total {
+            Some(_) => (
+                "purging {bar:40} {pos}/{len} records ({per_sec}, eta {eta})",
+                ProgressStyle::default_bar(),
+            ),
+            None => (
+                "purging {spinner} {pos} records ({per_sec})",
+                ProgressStyle::default_spinner(),
             ),
         };
+        let style = ProgressStyle::with_template(template).unwrap_or(fallback);
+        let bar =
+            ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr()).with_style(style);
         bar.enable_steady_tick(Duration::from_millis(200));
         self.bar = Some(bar);
     }
@@ -100,8 +100,4 @@ impl Progress for LogProgress {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct QuietProgress;
 
-impl Progress for QuietProgress {
-    fn start(&mut self, _total: Option<u64>) {}
-    fn advance(&mut self, _deleted: u64) {}
-    fn finish(&mut self, _deleted: u64) {}
-}
+impl Progress for QuietProgress {}

@@ -84,6 +84,7 @@ async fn a_fresh_gateway_exports_every_counter_at_zero() {
     std::fs::write(&file, &text).unwrap();
     let policy = idemgate_gateway::cli::validated(Config::from_toml(&text).unwrap())
         .unwrap()
+        .base
         .policy;
     let (listen, admin) = (free_addr(), free_addr());
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))

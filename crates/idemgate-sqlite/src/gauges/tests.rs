@@ -108,3 +108,30 @@ fn an_empty_table_has_no_records_either_way() {
         assert_eq!(g.oldest_created_at, None);
     }
 }
+
+#[tokio::test]
+async fn durability_says_which_crash_loses_commits() {
+    use idemgate_core::{DurabilityLevel, GaugedStore};
+
+    use crate::{SqliteOptions, SqliteStore, Synchronous};
+
+    let dir = tempfile::tempdir().unwrap();
+    let normal = SqliteStore::open(dir.path().join("n.db"), SqliteOptions::default()).unwrap();
+    let d = normal.durability().await.unwrap();
+    assert_eq!(d.level, DurabilityLevel::Local);
+    assert!(d.summary.contains("power loss"), "{}", d.summary);
+    assert!(d.facts.contains(&("synchronous".into(), "normal".into())));
+    let full = SqliteOptions::default().with_synchronous(Synchronous::Full);
+    let full = SqliteStore::open(dir.path().join("f.db"), full).unwrap();
+    let d = full.durability().await.unwrap();
+    assert_eq!(
+        (d.level, d.refusing_new_keys),
+        (DurabilityLevel::Local, None)
+    );
+    assert!(d.facts.contains(&("synchronous".into(), "full".into())));
+    let memory = SqliteStore::open_in_memory().unwrap();
+    assert_eq!(
+        memory.durability().await.unwrap().level,
+        DurabilityLevel::Volatile
+    );
+}

@@ -10,14 +10,14 @@
 //! limits and a verified principal source bound that.)
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use bytes::Bytes;
 use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderName, Method, Uri};
 use idemgate_core::fingerprint::{FingerprintError, FingerprintInput, FingerprintOptions};
 use idemgate_core::Fingerprint;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::policy::RoutePolicy;
 use crate::rejection::IdempotencyRejection;
@@ -39,9 +39,54 @@ pub(crate) struct FingerprintJob {
 }
 
 impl FingerprintJob {
+    /// The request's fingerprint by algorithm `version`.
+    ///
+    /// Version 1 decodes up to 8 × `max_body_bytes`, as the releases that wrote it did, so its
+    /// digest is unchanged; version 2 up to the route's decoded-body limit. From version 2 on,
+    /// a `Content-Type` or `Content-Encoding` sent more than once or not in visible ASCII is
+    /// also hashed as received, header by header: upstreams read such requests in more than
+    /// one way.
+    ///
+    /// # Errors
+    /// [`FingerprintError::DecodedTooLarge`] past the decoded-body limit (version 2), and
+    /// [`FingerprintError::UnknownVersion`].
     fn compute(&self, version: u16) -> Result<Fingerprint, FingerprintError> {
-        let req = (&self.method, &self.uri, &self.headers);
-        fingerprint_of(req, &self.route, &self.policy, &self.body, version)
+        let (rp, headers) = (&self.policy, &self.headers);
+        let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+        let all = |name| {
+            headers
+                .get_all(name)
+                .iter()
+                .map(move |v| (name, v.as_bytes()))
+        };
+        let named = rp.fingerprint_headers.iter().map(HeaderName::as_str);
+        let mut extra: Vec<(&str, &[u8])> = named.flat_map(all).collect();
+        if version >= 2 {
+            for name in ["content-type", "content-encoding"] {
+                let values = headers.get_all(name);
+                if values.iter().count() > 1 || values.iter().any(|v| v.to_str().is_err()) {
+                    extra.extend(all(name));
+                }
+            }
+        }
+        let input = FingerprintInput {
+            method: self.method.as_str(),
+            route: &self.route,
+            path: self.uri.path(),
+            query: self.uri.query(),
+            content_type: header(CONTENT_TYPE),
+            content_encoding: header(CONTENT_ENCODING),
+            headers: &extra,
+            body: &self.body,
+        };
+        let opts = FingerprintOptions {
+            ignore_json_pointers: &rp.ignore_json_pointers,
+            max_decoded_bytes: match version {
+                1 => rp.max_body_bytes.saturating_mul(8),
+                _ => rp.decoded_body_limit(),
+            },
+        };
+        Fingerprint::compute_version(version, &input, &opts)
     }
 
     /// Whether the work may be large: an encoded body, or one over [`INLINE_BYTES`].
@@ -63,8 +108,8 @@ impl FingerprintJob {
         version: u16,
     ) -> Result<Fingerprint, IdempotencyRejection> {
         let result = if self.heavy() {
-            let lane = lanes().enter(&self.principal).await;
-            let slots = blocking_slots().clone();
+            let lane = LANES.enter(&self.principal).await;
+            let slots = BLOCKING_SLOTS.clone();
             let Ok(permit) = slots.acquire_owned().await else {
                 return Err(IdempotencyRejection::Internal); // never closed
             };
@@ -83,65 +128,6 @@ impl FingerprintJob {
             _ => IdempotencyRejection::Internal,
         })
     }
-}
-
-/// The request's fingerprint by algorithm `version`.
-///
-/// Version 1 decodes up to 8 × `max_body_bytes`, as the releases that wrote it did, so its
-/// digest is unchanged; version 2 up to the route's decoded-body limit. From version 2 on,
-/// a `Content-Type` or `Content-Encoding` sent more than once or not in visible ASCII is
-/// also hashed as received, header by header: upstreams read such requests in more than
-/// one way.
-///
-/// # Errors
-/// [`FingerprintError::DecodedTooLarge`] past the decoded-body limit (version 2), and
-/// [`FingerprintError::UnknownVersion`].
-fn fingerprint_of(
-    req: (&http::Method, &http::Uri, &HeaderMap),
-    route: &str,
-    rp: &RoutePolicy,
-    body: &[u8],
-    version: u16,
-) -> Result<Fingerprint, FingerprintError> {
-    let (method, uri, headers) = req;
-    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    let mut extra: Vec<(&str, &[u8])> = rp
-        .fingerprint_headers
-        .iter()
-        .flat_map(|n| {
-            headers
-                .get_all(n)
-                .iter()
-                .map(move |v| (n.as_str(), v.as_bytes()))
-        })
-        .collect();
-    if version >= 2 {
-        for name in ["content-type", "content-encoding"] {
-            let values = headers.get_all(name);
-            let odd = values.iter().count() > 1 || values.iter().any(|v| v.to_str().is_err());
-            if odd {
-                extra.extend(values.iter().map(|v| (name, v.as_bytes())));
-            }
-        }
-    }
-    let input = FingerprintInput {
-        method: method.as_str(),
-        route,
-        path: uri.path(),
-        query: uri.query(),
-        content_type: header(CONTENT_TYPE),
-        content_encoding: header(CONTENT_ENCODING),
-        headers: &extra,
-        body,
-    };
-    let opts = FingerprintOptions {
-        ignore_json_pointers: &rp.ignore_json_pointers,
-        max_decoded_bytes: match version {
-            1 => rp.max_body_bytes.saturating_mul(8),
-            _ => rp.decoded_body_limit(),
-        },
-    };
-    Fingerprint::compute_version(version, &input, &opts)
 }
 
 /// The first header of a keyed request that the upstream could read otherwise than the
@@ -171,28 +157,20 @@ pub(crate) fn ambiguous_header(headers: &HeaderMap, rp: &RoutePolicy) -> Option<
 }
 
 /// One slot per CPU for heavy fingerprints, shared by every layer in the process.
-fn blocking_slots() -> &'static Arc<Semaphore> {
-    static SLOTS: OnceLock<Arc<Semaphore>> = OnceLock::new();
-    SLOTS.get_or_init(|| {
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Arc::new(Semaphore::new(cpus))
-    })
-}
+static BLOCKING_SLOTS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    Arc::new(Semaphore::new(cpus))
+});
 
 /// One lane (a semaphore of one) per principal with a heavy job running or waiting.
 #[derive(Debug, Default)]
 struct Lanes(Mutex<HashMap<String, Arc<Semaphore>>>);
 
-/// A principal's turn in its lane; dropping it lets the next job of that principal run.
-#[derive(Debug)]
-struct LaneTurn {
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
 impl Lanes {
-    /// Waits for `principal`'s turn. Idle lanes (nobody else holds them) are dropped as
-    /// new ones are made, so the map holds only callers with heavy work under way.
-    async fn enter(&self, principal: &str) -> LaneTurn {
+    /// Waits for `principal`'s turn, held until the permit drops (then the next job of that
+    /// principal runs). Idle lanes (nobody else holds them) are dropped as new ones are
+    /// made, so the map holds only callers with heavy work under way.
+    async fn enter(&self, principal: &str) -> OwnedSemaphorePermit {
         let lane = {
             let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(lane) = map.get(principal) {
@@ -204,15 +182,12 @@ impl Lanes {
                 lane
             }
         };
-        let permit = lane.acquire_owned().await.expect("lanes are never closed");
-        LaneTurn { _permit: permit }
+        lane.acquire_owned().await.expect("lanes are never closed")
     }
 }
 
-fn lanes() -> &'static Lanes {
-    static LANES: OnceLock<Lanes> = OnceLock::new();
-    LANES.get_or_init(Lanes::default)
-}
+/// The lanes of every layer in the process.
+static LANES: LazyLock<Lanes> = LazyLock::new(Lanes::default);
 
 #[cfg(test)]
 mod tests {

@@ -101,7 +101,7 @@ impl Limiter {
     }
 
     /// Pairs tracked now.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "limits"))]
     pub(crate) fn tracked(&self) -> usize {
         self.lock().entries.len()
     }
@@ -143,23 +143,20 @@ impl Limiter {
         };
         let verdict = take(entry, limits, now);
         drop(table);
-        match verdict {
-            Ok(token) => Ok(Ticket {
-                held: Some(Held {
-                    limiter: self.clone(),
-                    key,
-                    token,
-                }),
-            }),
-            Err(limited) => {
-                let limit = match limited {
-                    Limited::InFlight => "in_flight",
-                    Limited::NewKeys { .. } => "new_keys",
-                };
-                crate::metrics::limited(route, limit);
-                Err(limited)
-            }
+        if let Err(limited) = verdict {
+            let limit = match limited {
+                Limited::InFlight => "in_flight",
+                Limited::NewKeys { .. } => "new_keys",
+            };
+            crate::metrics::limited(route, limit);
         }
+        let limiter = self.clone();
+        let held = Some(Held {
+            limiter,
+            key,
+            token: verdict?,
+        });
+        Ok(Ticket { held })
     }
 
     /// Gives one token back to `key`'s bucket.

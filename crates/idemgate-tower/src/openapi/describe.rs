@@ -1,6 +1,8 @@
 //! The pieces of the contract: the key parameter, the problem responses, the response
 //! headers and the `x-idempotency` extension of one route, and the shared components.
 
+use std::collections::BTreeMap;
+
 use idemgate_core::problem;
 use serde_json::{json, Value};
 use utoipa::openapi::extensions::{Extensions, ExtensionsBuilder};
@@ -35,16 +37,13 @@ pub(super) const DRAFT: &str =
 
 /// `idempotency-key` → `Idempotency-Key`, the usual spelling of a header name.
 pub(super) fn header_title(name: &str) -> String {
-    name.split('-')
-        .map(|part| {
-            let mut c = part.chars();
-            match c.next() {
-                Some(first) => first.to_ascii_uppercase().to_string() + c.as_str(),
-                None => String::new(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("-")
+    let mut up = true;
+    let title = |c: char| {
+        let c = if up { c.to_ascii_uppercase() } else { c };
+        up = c == '-';
+        c
+    };
+    name.chars().map(title).collect()
 }
 
 /// The shared components: the problem schema and the headers.
@@ -179,15 +178,11 @@ pub(super) fn problems(
         route.mismatch_status.as_u16(),
         problem::FINGERPRINT_MISMATCH.anchor,
     );
-    let mut by_status: Vec<(u16, Vec<&'static str>)> = Vec::new();
+    let mut by_status = BTreeMap::<u16, Vec<&'static str>>::new();
     for (status, anchor) in kinds.iter().map(|k| (k.status, k.anchor)).chain([mismatch]) {
-        match by_status.iter_mut().find(|(s, _)| *s == status) {
-            Some((_, list)) => list.push(anchor),
-            None => by_status.push((status, vec![anchor])),
-        }
+        by_status.entry(status).or_default().push(anchor);
     }
-    by_status.sort_by_key(|(s, _)| *s);
-    by_status
+    by_status.into_iter().collect()
 }
 
 /// The problem+json media type of `anchors`, its schema naming their `type` URIs.
@@ -239,12 +234,12 @@ pub(super) fn problem_response(policy: &Policy, status: u16, anchors: &[&str]) -
         .content("application/problem+json", problem_media(policy, anchors))
         .extensions(Some(mark.build()))
         .build();
-    let retry_after = anchors.iter().any(|a| {
-        matches!(
-            *a,
-            "request-in-flight" | "store-unavailable" | "principal-limited"
-        )
-    });
+    let waits = [
+        "request-in-flight",
+        "store-unavailable",
+        "principal-limited",
+    ];
+    let retry_after = anchors.iter().any(|a| waits.contains(a));
     if retry_after {
         response
             .headers

@@ -5,12 +5,12 @@ use std::fmt;
 
 use indexmap::IndexMap;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
-use serde::ser::{SerializeMap, SerializeSeq};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// An ordered JSON/YAML value. Object members keep the order they were read (or inserted)
 /// in; YAML mapping keys that are not strings (`200:` in `responses`) are read as their text.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
 pub enum Doc {
     /// `null` (YAML `~`).
     Null,
@@ -71,9 +71,7 @@ impl Doc {
         let m = self.as_object_mut()?;
         Some(m.entry(name.to_owned()).or_insert_with(Doc::object))
     }
-}
 
-impl Doc {
     /// A part built with utoipa's types, its members in the order utoipa writes them (through
     /// text: a `serde_json::Value` would sort them).
     pub(super) fn of<T: Serialize>(part: &T) -> Self {
@@ -85,46 +83,8 @@ impl Doc {
 
 impl From<serde_json::Value> for Doc {
     fn from(v: serde_json::Value) -> Self {
-        use serde_json::Value as V;
-        match v {
-            V::Null => Doc::Null,
-            V::Bool(b) => Doc::Bool(b),
-            V::Number(n) => match (n.as_u64(), n.as_i64()) {
-                (Some(u), _) => Doc::UInt(u),
-                (None, Some(i)) => Doc::Int(i),
-                _ => Doc::Float(n.as_f64().unwrap_or(0.0)),
-            },
-            V::String(s) => Doc::String(s),
-            V::Array(a) => Doc::Array(a.into_iter().map(Doc::from).collect()),
-            V::Object(m) => Doc::Object(m.into_iter().map(|(k, v)| (k, Doc::from(v))).collect()),
-        }
-    }
-}
-
-impl Serialize for Doc {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Doc::Null => s.serialize_unit(),
-            Doc::Bool(b) => s.serialize_bool(*b),
-            Doc::Int(i) => s.serialize_i64(*i),
-            Doc::UInt(u) => s.serialize_u64(*u),
-            Doc::Float(f) => s.serialize_f64(*f),
-            Doc::String(v) => s.serialize_str(v),
-            Doc::Array(a) => {
-                let mut seq = s.serialize_seq(Some(a.len()))?;
-                for v in a {
-                    seq.serialize_element(v)?;
-                }
-                seq.end()
-            }
-            Doc::Object(m) => {
-                let mut map = s.serialize_map(Some(m.len()))?;
-                for (k, v) in m {
-                    map.serialize_entry(k, v)?;
-                }
-                map.end()
-            }
-        }
+        // Every JSON value reads as a `Doc`: the fallback is never taken.
+        Doc::deserialize(v).unwrap_or(Doc::Null)
     }
 }
 
@@ -195,34 +155,17 @@ struct Key(String);
 
 impl<'de> Deserialize<'de> for Key {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string, number or boolean mapping key")
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
-                Ok(Key(v.to_owned()))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Key, E> {
-                Ok(Key(v))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Key, E> {
-                Err(E::custom("a mapping key is null"))
-            }
-        }
-        d.deserialize_any(KeyVisitor)
+        let expected = &"a string, number or boolean mapping key";
+        let text = match Doc::deserialize(d)? {
+            Doc::String(s) => s,
+            Doc::Bool(b) => b.to_string(),
+            Doc::Int(i) => i.to_string(),
+            Doc::UInt(u) => u.to_string(),
+            Doc::Float(f) => f.to_string(),
+            Doc::Null => return Err(de::Error::custom("a mapping key is null")),
+            Doc::Array(_) => return Err(de::Error::invalid_type(de::Unexpected::Seq, expected)),
+            Doc::Object(_) => return Err(de::Error::invalid_type(de::Unexpected::Map, expected)),
+        };
+        Ok(Key(text))
     }
 }

@@ -39,61 +39,113 @@ const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
-pub(super) fn merge(contract: &Contract<'_>, doc: &mut Doc) -> Result<MergeReport, MergeError> {
-    let version = match doc.get("openapi") {
-        None => return Err(MergeError::NotOpenApi),
-        Some(Doc::String(v)) => v.clone(),
-        Some(other) => {
-            let written = serde_json::to_string(other).unwrap_or_default();
-            return Err(MergeError::UnsupportedVersion(format!(
-                "{written} (not a string: write the full version, e.g. \"3.1.0\")"
-            )));
-        }
-    };
-    if !(version.starts_with("3.0.") || version.starts_with("3.1.")) {
-        return Err(MergeError::UnsupportedVersion(version));
-    }
-    let prefixes = server_prefixes(doc);
-    let policy = contract.policy;
-    let mut report = MergeReport::default();
-    let mut matched = BTreeSet::new();
-    if let Some(paths) = doc.as_object_mut().and_then(|m| m.get_mut("paths")) {
-        let paths = paths
-            .as_object_mut()
-            .ok_or_else(|| MergeError::NotAnObject("paths".into()))?;
-        for (path, item) in paths.iter_mut() {
-            let Some(item) = item.as_object_mut() else {
-                return Err(MergeError::NotAnObject(format!("paths.{path}")));
-            };
+impl Contract<'_> {
+    /// Adds the contract to every covered operation of `doc` (OpenAPI 3.0.x or 3.1.x) whose
+    /// path the policy's routes match (by the same router the layer uses, also under the
+    /// path of each `servers` URL); covered operations matching no route get the default
+    /// policy. Everything else is left as it was, in its order. Components are added under
+    /// names starting with `Idemgate`.
+    ///
+    /// # Errors
+    /// [`MergeError`] when `doc` is not an OpenAPI 3.0/3.1 object.
+    pub fn merge_into(&self, doc: &mut Doc) -> Result<MergeReport, MergeError> {
+        check_version(doc)?;
+        let prefixes = server_prefixes(doc);
+        let not_object = |what: String| MergeError::NotAnObject(what);
+        let paths = match doc.as_object_mut().and_then(|m| m.get_mut("paths")) {
+            Some(paths) => Some(paths.as_object_mut().ok_or(not_object("paths".into()))?),
+            None => None,
+        };
+        let mut report = MergeReport::default();
+        for (path, item) in paths.into_iter().flatten() {
+            let item = item.as_object_mut();
+            let item = item.ok_or_else(|| not_object(format!("paths.{path}")))?;
             for (name, op) in item.iter_mut() {
                 if !METHODS.contains(&name.as_str()) {
                     continue;
                 }
                 let method = Method::from_bytes(name.to_ascii_uppercase().as_bytes())
                     .expect("a standard method");
-                let Some((template, route)) = resolve(contract, &method, path, &prefixes) else {
+                let Some((template, route)) = resolve(self, &method, path, &prefixes) else {
                     continue;
                 };
                 if op.as_object().is_none() {
-                    return Err(MergeError::NotAnObject(format!("paths.{path}.{name}")));
+                    return Err(not_object(format!("paths.{path}.{name}")));
                 }
-                apply(contract, op, &route, template.as_deref());
-                if let Some(t) = &template {
-                    matched.insert(t.clone());
-                }
+                self.apply(op, &route, template.as_deref());
                 report
                     .operations
                     .push((format!("{method} {path}"), template));
             }
         }
+        let ops = &report.operations;
+        let matched: BTreeSet<&str> = ops.iter().filter_map(|(_, t)| t.as_deref()).collect();
+        let routes = self.policy.routes().map(|(t, _)| t);
+        let unmatched = routes.filter(|t| !matched.contains(t)).map(str::to_owned);
+        report.unmatched_routes = unmatched.collect();
+        self.add_components(doc);
+        Ok(report)
     }
-    report.unmatched_routes = policy
-        .routes()
-        .map(|(t, _)| t.to_owned())
-        .filter(|t| !matched.contains(t))
-        .collect();
-    contract.add_components(doc);
-    Ok(report)
+
+    /// Adds the key parameter, the problem responses, the replay headers and the
+    /// extension of `route` to the operation object `op`.
+    pub(super) fn apply(&self, op: &mut Doc, route: &RoutePolicy, template: Option<&str>) {
+        let policy = self.policy;
+        let Some(m) = op.as_object_mut() else {
+            return;
+        };
+        let header = policy.header_name.as_str();
+        let params = m
+            .entry("parameters".to_owned())
+            .or_insert_with(|| Doc::Array(Vec::new()));
+        if let Doc::Array(list) = params {
+            let is_key = |p: &Doc| {
+                let text = |field| p.get(field).and_then(Doc::as_str);
+                let named = |n: &str| n.eq_ignore_ascii_case(header);
+                text("in") == Some("header") && text("name").is_some_and(named)
+            };
+            list.retain(|p| !is_key(p));
+            list.insert(0, Doc::of(&describe::key_parameter(policy, route)));
+        }
+        let responses = m.entry("responses".to_owned()).or_insert_with(Doc::object);
+        if let Some(responses) = responses.as_object_mut() {
+            for (status, response) in responses.iter_mut() {
+                let ours = response.get(describe::PROBLEMS_MARK).is_some();
+                if replayable(route, status) && !ours {
+                    add_headers(response, describe::replay_headers(route));
+                }
+            }
+            for (status, anchors) in describe::problems(self, route) {
+                let ours = describe::problem_response(policy, status, &anchors);
+                match responses.get_mut(&status.to_string()) {
+                    None => {
+                        responses.insert(status.to_string(), Doc::of(&ours));
+                    }
+                    Some(theirs) => combine(theirs, ours),
+                }
+            }
+            responses.sort_by(|a, _, b, _| status_order(a).cmp(&status_order(b)));
+        }
+        m.insert(
+            "x-idempotency".into(),
+            Doc::from(describe::extension(policy, route, template)),
+        );
+    }
+}
+
+/// Refuses a document that is not OpenAPI 3.0.x or 3.1.x.
+fn check_version(doc: &Doc) -> Result<(), MergeError> {
+    match doc.get("openapi") {
+        None => Err(MergeError::NotOpenApi),
+        Some(Doc::String(v)) if v.starts_with("3.0.") || v.starts_with("3.1.") => Ok(()),
+        Some(Doc::String(v)) => Err(MergeError::UnsupportedVersion(v.clone())),
+        Some(other) => {
+            let written = serde_json::to_string(other).unwrap_or_default();
+            Err(MergeError::UnsupportedVersion(format!(
+                "{written} (not a string: write the full version, e.g. \"3.1.0\")"
+            )))
+        }
+    }
 }
 
 /// The route template (or `None` for the default) and policy of an operation, when its
@@ -134,65 +186,14 @@ fn server_prefixes(doc: &Doc) -> Vec<String> {
         .iter()
         .filter_map(|s| s.get("url").and_then(Doc::as_str))
         .filter_map(|url| {
-            let rest = url.split_once("://").map_or(url, |(_, r)| r);
-            let path = if url.contains("://") {
-                rest.find('/').map_or("", |i| &rest[i..])
-            } else {
-                rest
+            let path = match url.split_once("://") {
+                Some((_, rest)) => rest.find('/').map_or("", |i| &rest[i..]),
+                None => url,
             };
             let path = path.trim_end_matches('/');
             (path.starts_with('/') && !path.contains('{')).then(|| path.to_owned())
         })
         .collect()
-}
-
-pub(super) fn apply(
-    contract: &Contract<'_>,
-    op: &mut Doc,
-    route: &RoutePolicy,
-    template: Option<&str>,
-) {
-    let policy = contract.policy;
-    let Some(m) = op.as_object_mut() else {
-        return;
-    };
-    let header = policy.header_name.as_str();
-    let params = m
-        .entry("parameters".to_owned())
-        .or_insert_with(|| Doc::Array(Vec::new()));
-    if let Doc::Array(list) = params {
-        list.retain(|p| {
-            let is_key = p.get("in").and_then(Doc::as_str) == Some("header")
-                && p.get("name")
-                    .and_then(Doc::as_str)
-                    .is_some_and(|n| n.eq_ignore_ascii_case(header));
-            !is_key
-        });
-        list.insert(0, Doc::of(&describe::key_parameter(policy, route)));
-    }
-    let responses = m.entry("responses".to_owned()).or_insert_with(Doc::object);
-    if let Some(responses) = responses.as_object_mut() {
-        for (status, response) in responses.iter_mut() {
-            let ours = response.get(describe::PROBLEMS_MARK).is_some();
-            if replayable(route, status) && !ours {
-                add_headers(response, describe::replay_headers(route));
-            }
-        }
-        for (status, anchors) in describe::problems(contract, route) {
-            let ours = describe::problem_response(policy, status, &anchors);
-            match responses.get_mut(&status.to_string()) {
-                None => {
-                    responses.insert(status.to_string(), Doc::of(&ours));
-                }
-                Some(theirs) => combine(theirs, ours),
-            }
-        }
-        responses.sort_by(|a, _, b, _| status_order(a).cmp(&status_order(b)));
-    }
-    m.insert(
-        "x-idempotency".into(),
-        Doc::from(describe::extension(policy, route, template)),
-    );
 }
 
 /// Responses in status order, `default` last, as API descriptions list them.

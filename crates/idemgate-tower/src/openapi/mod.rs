@@ -35,7 +35,7 @@ use ::utoipa::openapi::path::{OperationBuilder, Parameter, ParameterBuilder, Par
 use ::utoipa::openapi::{InfoBuilder, Object, OpenApiBuilder, Required, Response, Type};
 use http::Method;
 
-use crate::policy::{Policy, RoutePolicy};
+use crate::policy::Policy;
 
 /// The contract of a [`Policy`], ready to be written as OpenAPI.
 #[derive(Debug, Clone, Copy)]
@@ -82,105 +82,66 @@ impl<'a> Contract<'a> {
                 .response("default", Response::new(theirs));
             let mut op = Doc::of(&op.build());
             self.apply(&mut op, route, Some(template));
-            if let Some(item) = doc
+            let item = doc
                 .entry_object("paths")
-                .and_then(|p| p.entry_object(&path))
-            {
-                if let Some(m) = item.as_object_mut() {
-                    m.insert(method.to_ascii_lowercase(), op);
-                }
+                .and_then(|p| p.entry_object(&path));
+            if let Some(m) = item.and_then(Doc::as_object_mut) {
+                m.insert(method.to_ascii_lowercase(), op);
             }
         }
         self.add_components(&mut doc);
+        let mut ext = describe::extension(self.policy, self.policy.default_route(), None);
+        let methods: Vec<&str> = self.policy.methods.iter().map(Method::as_str).collect();
+        ext["methods"] = methods.into();
+        ext["appliesTo"] = "covered requests that match no configured route".into();
         if let Some(m) = doc.as_object_mut() {
-            m.insert("x-idempotency".into(), Doc::from(self.default_extension()));
+            m.insert("x-idempotency".into(), Doc::from(ext));
         }
         doc
     }
 
-    /// Adds the contract to every covered operation of `doc` (OpenAPI 3.0.x or 3.1.x) whose
-    /// path the policy's routes match (by the same router the layer uses, also under the
-    /// path of each `servers` URL); covered operations matching no route get the default
-    /// policy. Everything else is left as it was, in its order. Components are added under
-    /// names starting with `Idemgate`.
-    ///
-    /// # Errors
-    /// [`MergeError`] when `doc` is not an OpenAPI 3.0/3.1 object.
-    pub fn merge_into(&self, doc: &mut Doc) -> Result<MergeReport, MergeError> {
-        merge::merge(self, doc)
-    }
-
-    /// Adds the key parameter, the problem responses, the replay headers and the
-    /// extension of `route` to the operation object `op`.
-    fn apply(&self, op: &mut Doc, route: &RoutePolicy, template: Option<&str>) {
-        merge::apply(self, op, route, template);
-    }
-
+    /// Adds the shared components (the problem schema, the headers) to `doc`'s.
     fn add_components(&self, doc: &mut Doc) {
-        let Some(components) = doc.entry_object("components") else {
-            return;
-        };
-        let Doc::Object(ours) = Doc::of(&describe::components()) else {
+        let components = doc.entry_object("components");
+        let (Some(components), Doc::Object(ours)) = (components, Doc::of(&describe::components()))
+        else {
             return;
         };
         for (kind, named) in ours {
-            let Some(section) = components.entry_object(&kind) else {
-                continue;
-            };
-            if let (Some(section), Doc::Object(named)) = (section.as_object_mut(), named) {
+            let section = components.entry_object(&kind).and_then(Doc::as_object_mut);
+            if let (Some(section), Doc::Object(named)) = (section, named) {
                 section.extend(named);
             }
         }
-    }
-
-    fn default_extension(&self) -> serde_json::Value {
-        let mut ext = describe::extension(self.policy, self.policy.default_route(), None);
-        ext["methods"] = self
-            .policy
-            .methods
-            .iter()
-            .map(Method::as_str)
-            .collect::<Vec<_>>()
-            .into();
-        ext["appliesTo"] = "covered requests that match no configured route".into();
-        ext
     }
 }
 
 /// An OpenAPI path and its path parameters from a route template's path.
 fn openapi_path(template: &str) -> (String, Vec<Parameter>) {
-    let mut params = Vec::new();
-    let path = template
-        .split('/')
-        .map(
-            |seg| match seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-                Some(name) if !seg.starts_with("{{") => {
-                    let (name, catch_all) = match name.strip_prefix('*') {
-                        Some(n) => (n, true),
-                        None => (name, false),
-                    };
-                    let description = if catch_all {
-                        "The rest of the path (a catch-all: one or more segments)."
-                    } else {
-                        "A path segment."
-                    };
-                    params.push(
-                        ParameterBuilder::new()
-                            .name(name)
-                            .parameter_in(ParameterIn::Path)
-                            .required(Required::True)
-                            .description(Some(description))
-                            .schema(Some(Object::with_type(Type::String)))
-                            .build(),
-                    );
-                    format!("{{{name}}}")
-                }
-                _ => seg.to_owned(),
-            },
-        )
-        .collect::<Vec<_>>()
-        .join("/");
-    (path, params)
+    let (mut segments, mut params) = (Vec::new(), Vec::new());
+    for seg in template.split('/') {
+        let param = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}'));
+        let Some(name) = param.filter(|_| !seg.starts_with("{{")) else {
+            segments.push(seg.to_owned());
+            continue;
+        };
+        let (name, description) = match name.strip_prefix('*') {
+            Some(n) => (
+                n,
+                "The rest of the path (a catch-all: one or more segments).",
+            ),
+            None => (name, "A path segment."),
+        };
+        let param = ParameterBuilder::new()
+            .name(name)
+            .parameter_in(ParameterIn::Path)
+            .required(Required::True)
+            .description(Some(description))
+            .schema(Some(Object::with_type(Type::String)));
+        params.push(param.build());
+        segments.push(format!("{{{name}}}"));
+    }
+    (segments.join("/"), params)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //! `%FF` is refused ([`PathAmbiguity::InvalidUtf8`]).
 
 use std::borrow::Cow;
+use std::fmt::Write;
 
 use super::PathAmbiguity;
 
@@ -75,25 +76,7 @@ pub(crate) fn text_normal_form(text: &str) -> Result<String, PathAmbiguity> {
 /// RFC 3986 §3.3 `pchar` without `;` and escapes: `ALPHA DIGIT - . _ ~` (§2.3),
 /// `! $ & ' ( ) * + , =` (§2.2), `:` and `@`.
 pub(super) fn stays_raw(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.'
-                | b'_'
-                | b'~'
-                | b'!'
-                | b'$'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b'+'
-                | b','
-                | b'='
-                | b':'
-                | b'@'
-        )
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,=:@".contains(&b)
 }
 
 /// The refusals a single byte decides, and the note of an encoded `/`.
@@ -112,26 +95,13 @@ fn refuse_or_note(byte: u8, escaped: bool, encoded_slash: &mut bool) -> Result<(
 
 /// The byte of the two hex digits after a `%`.
 fn unescape(digits: Option<&[u8]>) -> Result<u8, PathAmbiguity> {
-    match digits {
-        Some(&[hi, lo]) => Ok(hex(hi)? << 4 | hex(lo)?),
-        _ => Err(PathAmbiguity::BadEscape),
-    }
-}
-
-fn hex(b: u8) -> Result<u8, PathAmbiguity> {
-    match b {
-        b'0'..=b'9' => Ok(b - b'0'),
-        b'a'..=b'f' => Ok(b - b'a' + 10),
-        b'A'..=b'F' => Ok(b - b'A' + 10),
-        _ => Err(PathAmbiguity::BadEscape),
-    }
+    let hex = <[u8; 1] as hex::FromHex>::from_hex(digits.unwrap_or_default());
+    hex.map(|[byte]| byte).map_err(|_| PathAmbiguity::BadEscape)
 }
 
 fn push_escape(out: &mut String, byte: u8) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    out.push('%');
-    out.push(char::from(HEX[usize::from(byte >> 4)]));
-    out.push(char::from(HEX[usize::from(byte & 0xF)]));
+    // Writing to a `String` never fails.
+    let _ = write!(out, "%{byte:02X}");
 }
 
 /// The UTF-8 sequence being read, byte by byte (raw or decoded), RFC 3629 §4.

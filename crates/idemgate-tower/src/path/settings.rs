@@ -61,12 +61,8 @@ macro_rules! setting {
                 match s {
                     $( $spelling => Ok(Self::$variant), )+
                     other => Err(format!(
-                        "`{other}` is not {}",
-                        Self::SPELLINGS
-                            .iter()
-                            .map(|s| format!("\"{s}\""))
-                            .collect::<Vec<_>>()
-                            .join(" or ")
+                        "`{other}` is not \"{}\"",
+                        Self::SPELLINGS.join("\" or \"")
                     )),
                 }
             }

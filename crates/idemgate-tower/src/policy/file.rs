@@ -257,11 +257,11 @@ fn principal(
 ) -> PrincipalSource {
     let p = spelled.unwrap_or("authorization");
     let source = if p == "authorization" {
-        Ok(principals
+        let keyed = principals
             .hash_key
-            .map_or(PrincipalSource::AuthorizationHash, |key| {
-                PrincipalSource::AuthorizationHmac(key.clone())
-            }))
+            .cloned()
+            .map(PrincipalSource::AuthorizationHmac);
+        Ok(keyed.unwrap_or(PrincipalSource::AuthorizationHash))
     } else if let Some(claim) = p.strip_prefix("jwt:").map(str::trim) {
         if claim.is_empty() || claim.contains(|c: char| c.is_whitespace() || c == ':') {
             errs.push(format!(

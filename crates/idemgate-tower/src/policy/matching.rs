@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use http::Method;
 
-use super::{Policy, Resolved, RoutePolicy};
+use super::{Policy, RoutePolicy};
 use crate::metrics::UNMATCHED;
 use crate::path::{
     fold_case, normalise, text_normal_form, toggle_trailing_slash, EncodedSlash, ForwardPath,
@@ -16,6 +16,20 @@ use crate::path::{
 use crate::rejection::IdempotencyRejection;
 
 mod siblings;
+
+/// A resolved route: its scope name and policy.
+#[derive(Debug)]
+pub struct Resolved<'a> {
+    /// The route part of the scope: the template, or `METHOD /concrete/path` if none matched.
+    pub route: Cow<'a, str>,
+    /// The route template for metric labels: the template, or `(unmatched)`.
+    pub label: Cow<'a, str>,
+    /// The policy to apply.
+    pub policy: &'a Arc<RoutePolicy>,
+    /// The path to forward instead of the one sent: its normal form, when
+    /// [`Policy::forward_path`] is [`ForwardPath::Normalised`] and the two differ.
+    pub forward: Option<String>,
+}
 
 /// What [`Policy::resolve`] gives a covered request: its route, or the answer refusing it.
 pub type Resolution<'a> = Result<Resolved<'a>, IdempotencyRejection>;
@@ -113,27 +127,20 @@ impl Policy {
             return self.method_in_other_case(method).map(Err);
         }
         let route = format!("{method} {template}");
-        if let Some((r, policy)) = self.routes.iter().find(|(r, _)| *r == route) {
-            let (route, label) = (r.as_str().into(), r.as_str().into());
-            return Some(Ok(Resolved {
-                route,
-                label,
-                policy,
-                forward: None,
-            }));
-        }
-        match self.resolve(method, path)? {
-            Ok(matched) if matched.label != UNMATCHED => Some(Ok(Resolved {
-                forward: None,
-                ..matched
-            })),
-            _ => Some(Ok(Resolved {
-                label: route.clone().into(),
-                route: route.into(),
-                policy: &self.default_route,
-                forward: None,
-            })),
-        }
+        let (route, label, policy) = match self.routes.iter().find(|(r, _)| *r == route) {
+            Some((r, policy)) => (r.as_str().into(), r.as_str().into(), policy),
+            None => match self.resolve(method, path)? {
+                Ok(found) if found.label != UNMATCHED => (found.route, found.label, found.policy),
+                _ => (route.clone().into(), route.into(), &self.default_route),
+            },
+        };
+        let forward = None;
+        Some(Ok(Resolved {
+            route,
+            label,
+            policy,
+            forward,
+        }))
     }
 
     fn resolve_covered<'a>(&'a self, method: &Method, path: &str) -> Resolution<'a> {

@@ -53,14 +53,6 @@ pub const DEFAULT_OVERRIDE_HEADERS: [&str; 7] = [
     "x-method-override",
 ];
 
-/// [`DEFAULT_OVERRIDE_HEADERS`] as header names.
-pub(super) fn default_override_headers() -> Vec<HeaderName> {
-    DEFAULT_OVERRIDE_HEADERS
-        .iter()
-        .map(|h| HeaderName::from_static(h))
-        .collect()
-}
-
 impl Policy {
     /// The first of [`Policy::override_headers`] that `headers` carries, if any: a covered
     /// request carrying it is refused with `400 ambiguous-request`

@@ -1,13 +1,17 @@
 use std::sync::Arc;
 
+#[cfg(feature = "jwt")]
 use http::header::AUTHORIZATION;
+#[cfg(feature = "jwt")]
 use jsonwebtoken::{encode, EncodingKey, Header};
 
 use std::fmt;
 
 use super::*;
+#[cfg(feature = "jwt")]
 use crate::jwt::JwtVerifier;
 
+#[cfg(feature = "jwt")]
 const SECRET: &[u8] = b"an-hs256-test-secret-of-32-bytes!!";
 
 fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -35,6 +39,7 @@ fn user_header() -> PrincipalSource {
     PrincipalSource::Header(HeaderName::from_static("x-user-id"))
 }
 
+#[cfg(feature = "jwt")]
 fn jwt_source() -> PrincipalSource {
     PrincipalSource::Jwt {
         claim: "sub".into(),
@@ -42,6 +47,7 @@ fn jwt_source() -> PrincipalSource {
     }
 }
 
+#[cfg(feature = "jwt")]
 fn token(sub: &str) -> String {
     let exp = jsonwebtoken::get_current_timestamp() + 600;
     let claims = serde_json::json!({"sub": sub, "exp": exp});
@@ -101,6 +107,7 @@ fn the_authorization_hash_is_unchanged() {
     assert_ne!(principal_of(&both, &src), principal_of(&one, &src));
 }
 
+#[cfg(feature = "jwt")]
 #[test]
 fn a_jwt_principal_needs_one_valid_bearer_token() {
     let src = jwt_source();

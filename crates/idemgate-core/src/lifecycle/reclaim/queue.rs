@@ -70,7 +70,8 @@ impl Entry {
 #[derive(Debug)]
 pub(in crate::lifecycle) struct Reclaims {
     state: Mutex<State>,
-    /// [`State::queued_bytes`], readable without the lock (checked on every request).
+    /// Bytes of the queued entries ([`Entry::cost`]), changed under the lock and read
+    /// without it (checked on every request).
     queued_bytes: AtomicUsize,
     max_running: usize,
     max_queued_bytes: usize,
@@ -82,7 +83,6 @@ struct State {
     /// Not empty only while `running` is at its bound: a slot goes to the queue's head
     /// before it is freed.
     queue: VecDeque<Entry>,
-    queued_bytes: usize,
 }
 
 impl Default for Reclaims {
@@ -130,14 +130,12 @@ impl Reclaims {
             );
         }
         let was_full = self.full();
-        state.queued_bytes += entry.cost();
+        self.queued_bytes.fetch_add(entry.cost(), Ordering::Relaxed);
         state.queue.push_back(entry);
-        self.queued_bytes
-            .store(state.queued_bytes, Ordering::Relaxed);
         if !was_full && self.full() {
             tracing::error!(
                 queued = state.queue.len(),
-                bytes = state.queued_bytes,
+                bytes = self.queued_bytes.load(Ordering::Relaxed),
                 "follow-ups of lost inserts fill their queue; new keyed requests get 503 until it drains"
             );
         }
@@ -151,12 +149,10 @@ impl Reclaims {
             state.running -= 1;
             return None;
         };
-        state.queued_bytes -= entry.cost();
+        self.queued_bytes.fetch_sub(entry.cost(), Ordering::Relaxed);
         if state.queue.is_empty() && state.queue.capacity() > self.max_running {
             state.queue.shrink_to_fit();
         }
-        self.queued_bytes
-            .store(state.queued_bytes, Ordering::Relaxed);
         Some(entry)
     }
 

@@ -7,7 +7,7 @@ const BASE: &str = "upstream = \"http://127.0.0.1:3000\"\n";
 fn scope(text: &str) -> ScopeSettings {
     let text = format!("{BASE}{text}");
     let config = Config::from_toml(&text).unwrap();
-    config.validate().unwrap().scope
+    config.validate().unwrap().base.scope
 }
 
 /// What changes between the configuration `old` and `new` (each appended to [`BASE`]).

@@ -41,8 +41,8 @@ fn dump(text: &str) -> String {
         .and_then(|c| c.validate())
     {
         Ok(v) => {
-            let mut out = format!("default: {:?}\n", v.policy.default_route());
-            for (route, p) in v.policy.routes() {
+            let mut out = format!("default: {:?}\n", v.base.policy.default_route());
+            for (route, p) in v.base.policy.routes() {
                 out += &format!("{route}: {p:?}\n");
             }
             out

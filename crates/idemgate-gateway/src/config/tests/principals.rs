@@ -28,11 +28,11 @@ fn a_jwt_principal_loads_its_keys_once() {
     ))
     .unwrap();
     let v = c.validate().unwrap();
-    let PrincipalSource::Jwt { claim, verifier } = &v.policy.default_route().principal else {
-        panic!("{:?}", v.policy.default_route().principal);
+    let PrincipalSource::Jwt { claim, verifier } = &v.base.policy.default_route().principal else {
+        panic!("{:?}", v.base.policy.default_route().principal);
     };
     assert_eq!(claim, "sub");
-    let (_, refunds) = v.policy.routes().next().unwrap();
+    let (_, refunds) = v.base.policy.routes().next().unwrap();
     let PrincipalSource::Jwt {
         claim,
         verifier: same,
@@ -107,11 +107,11 @@ fn per_principal_limits_are_off_by_default_and_set_per_route() {
         "#,
     );
     let v = c.validate().unwrap();
-    let d = v.policy.default_route().limits;
+    let d = v.base.policy.default_route().limits;
     assert_eq!(d.max_in_flight.map(|n| n.get()), Some(8));
     let rate = d.new_keys.unwrap();
     assert_eq!((rate.per_second(), rate.burst().get()), (2.5, 3));
-    let mut routes = v.policy.routes();
+    let mut routes = v.base.policy.routes();
     let (_, payments) = routes.next().unwrap();
     assert_eq!(payments.limits.max_in_flight.map(|n| n.get()), Some(8));
     let rate = payments.limits.new_keys.unwrap();
@@ -120,8 +120,8 @@ fn per_principal_limits_are_off_by_default_and_set_per_route() {
     assert!(likes.limits.is_off(), "0 turns inherited limits off");
     let plain = parse("upstream = \"http://127.0.0.1:3000\"\n[[routes]]\nroute = \"POST /a\"\n");
     let v = plain.validate().unwrap();
-    assert!(v.policy.default_route().limits.is_off());
-    assert!(v.policy.routes().all(|(_, rp)| rp.limits.is_off()));
+    assert!(v.base.policy.default_route().limits.is_off());
+    assert!(v.base.policy.routes().all(|(_, rp)| rp.limits.is_off()));
 }
 
 #[test]
@@ -183,12 +183,12 @@ fn a_principal_hash_key_file_keys_the_authorization_hash_only() {
         .unwrap()
     };
     let v = config(&key).validate().unwrap();
-    let default = &v.policy.default_route().principal;
+    let default = &v.base.policy.default_route().principal;
     assert!(
         matches!(default, PrincipalSource::AuthorizationHmac(_)),
         "{default:?}"
     );
-    let (_, orders) = v.policy.routes().next().unwrap();
+    let (_, orders) = v.base.policy.routes().next().unwrap();
     assert!(matches!(orders.principal, PrincipalSource::Header(_)));
     let hashed = idemgate_tower::principal_from_authorization(default, "Basic YTpi");
     assert!(hashed.unwrap().unwrap().starts_with("hauth:"));
