@@ -81,6 +81,11 @@ pub enum ConfigCommand {
     Check {
         /// The TOML file.
         file: PathBuf,
+        /// Then connect to its store as `serve` would (no migration, nothing served; a
+        /// SQLite file is not created) and print what the store can lose: its durability
+        /// and the settings read. Exits non-zero when the store cannot be reached.
+        #[arg(long)]
+        connect: bool,
     },
 }
 
@@ -100,7 +105,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub upstream: Option<String>,
     /// Store URL: sqlite://PATH [default: sqlite://./idemgate.db], postgres://..., redis://...,
-    /// redis+cluster://host:port,host:port or memory://.
+    /// redis+cluster://host:port,host:port, redis+sentinel://host:port,host:port/MASTER or
+    /// memory://.
     #[arg(long)]
     pub store: Option<String>,
 }
@@ -181,11 +187,12 @@ pub fn invalid(errs: &[String]) -> anyhow::Error {
     anyhow::anyhow!("invalid configuration:\n  {}", errs.join("\n  "))
 }
 
-/// `idemgate config check FILE`: every error, or "ok".
+/// `idemgate config check FILE [--connect]`: every error, or "ok"; with `connect`, then
+/// what the store can lose ([`connect_report`]).
 ///
 /// # Errors
-/// The problems found.
-pub fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
+/// The problems found; with `connect`, a store that cannot be opened or does not answer.
+pub async fn config_check(file: &std::path::Path, connect: bool) -> anyhow::Result<()> {
     let (config, mut errs) = Config::load(Some(file))?;
     if config.upstream.is_empty() {
         // The flag may supply it at start-up; the rest is checked.
@@ -196,5 +203,42 @@ pub fn config_check(file: &std::path::Path) -> anyhow::Result<()> {
         return Err(invalid(&errs)).with_context(|| format!("{}", file.display()));
     }
     println!("{}: ok", file.display());
+    if connect {
+        print!("{}", connect_report(&config).await?);
+    }
     Ok(())
+}
+
+/// Opens `config`'s store with its options, as `serve` does but without migrating or
+/// creating a SQLite file, pings it and reads its durability: the lines
+/// `store: BACKEND answers` and [`crate::durability::report`]'s. A durability that cannot
+/// be read is said in its line (`serve` would run on).
+///
+/// # Errors
+/// The store cannot be opened or does not answer within `store_timeout`.
+pub async fn connect_report(config: &Config) -> anyhow::Result<String> {
+    use idemgate_core::{GaugedStore, IdempotencyStore};
+    let url =
+        crate::store::StoreUrl::parse(&config.store).map_err(|e| anyhow::anyhow!("store: {e}"))?;
+    let opts = crate::store::OpenOptions {
+        migrate: false,
+        create: false,
+        ..config.open_options()
+    };
+    let store = crate::store::open(&url, &opts).await?;
+    let (backend, deadline) = (store.backend(), opts.store_timeout);
+    let answer = match tokio::time::timeout(deadline, store.ping()).await {
+        Ok(answer) => answer.map_err(anyhow::Error::from),
+        Err(_) => Err(anyhow::anyhow!("no answer within store_timeout")),
+    };
+    answer.with_context(|| format!("the {backend} store does not answer"))?;
+    let durability = match tokio::time::timeout(deadline, store.durability()).await {
+        Ok(Ok(read)) => crate::durability::report(backend, &read),
+        Ok(Err(e)) => format!(
+            "durability: cannot be read: {}\n",
+            crate::store::describe(&e)
+        ),
+        Err(_) => "durability: cannot be read: no answer within store_timeout\n".to_owned(),
+    };
+    Ok(format!("store: {backend} answers\n{durability}"))
 }

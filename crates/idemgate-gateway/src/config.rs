@@ -32,9 +32,11 @@ pub struct Config {
     pub tls_cert_file: String,
     /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `tls_cert_file`. Default empty.
     pub tls_key_file: String,
-    /// Store URL: `sqlite://PATH`, `postgres://...`, `redis://...`, `rediss://...`,
-    /// `redis+cluster://h:p,h:p`, `idemgate://host:port` (a key service; `idemgates://` with
-    /// TLS) or `memory://`. Default `sqlite://./idemgate.db`.
+    /// Store URL: `sqlite://PATH`, `postgres://...` (with several hosts,
+    /// `postgres://u@h1,h2/db?target_session_attrs=read-write`, it follows a failover),
+    /// `redis://...`, `rediss://...`, `redis+cluster://h:p,h:p`,
+    /// `redis+sentinel://h:p,h:p/MASTER`, `idemgate://host:port` (a key service;
+    /// `idemgates://` with TLS) or `memory://`. Default `sqlite://./idemgate.db`.
     pub store: String,
     /// PostgreSQL table of the records; empty keeps `idempotency_records`. Default empty.
     pub store_table: String,
@@ -52,6 +54,19 @@ pub struct Config {
     /// Deadline of every store call; past it the request gets `503` and is never forwarded
     /// late. Default `2s`.
     pub store_timeout: String,
+    /// PostgreSQL only: every write waits until a synchronous standby has it, so a failover
+    /// to that standby loses no record (docs/postgres-ha.md). The gateway refuses to start
+    /// while the server's `synchronous_standby_names` is empty, and new keys get `503` (replays
+    /// are still served, `/readyz` says why) while no synchronous standby confirms writes. Needs
+    /// the `pg_monitor` role. Restart-only. Default false.
+    pub require_synchronous_replication: bool,
+    /// Redis only (not `redis+cluster://`): replicas that must acknowledge each new record and
+    /// each outcome (Redis `WAIT`) before the gateway goes on; 0 waits for none. A write not
+    /// acknowledged within `redis_wait_timeout` counts as unconfirmed. Restart-only. Default 0.
+    pub redis_wait_replicas: u32,
+    /// How long a write waits for `redis_wait_replicas` acknowledgements, at least `1ms` and
+    /// below `store_timeout`. Restart-only. Default `500ms`.
+    pub redis_wait_timeout: String,
     /// Outcome writes not yet landed (store slow or down) past which new requests get
     /// `503`. Default 1024.
     pub max_pending_outcomes: usize,
@@ -92,8 +107,9 @@ pub struct Config {
     pub purge_interval: String,
     /// Records deleted per purge batch. Default 1000.
     pub purge_batch: u32,
-    /// How often the gateway refreshes the store gauges on `/metrics`; `"0s"` disables.
-    /// Default `15s`.
+    /// How often the gateway refreshes the store gauges on `/metrics` and re-reads what the
+    /// store can lose (logged when it changes); `"0s"` disables the gauges, and what the store
+    /// can lose is then re-read every 15 s (`/readyz` depends on it). Default `15s`.
     pub gauges_interval: String,
     /// Secret (at least 16 bytes) of the keyed hashes that stand for keys and principals in
     /// logs; the environment variable `IDEMGATE_LOG_HASH_KEY` overrides it. Empty: a random
@@ -140,6 +156,9 @@ impl Default for Config {
             store_ca_file: String::new(),
             store_migrate: true,
             store_timeout: humantime::format_duration(engine.store_timeout).to_string(),
+            require_synchronous_replication: false,
+            redis_wait_replicas: 0,
+            redis_wait_timeout: "500ms".into(),
             max_pending_outcomes: engine.max_pending_outcomes,
             max_pending_outcome_bytes: engine.max_pending_outcome_bytes,
             upstream_timeout: "60s".into(),

@@ -1,8 +1,9 @@
 //! One host for `idemgate serve` and `idemgate key-service`, in the shape of pingora's
 //! `Server`: the [`Host`] owns what every service shares (the admin listener with
-//! `/healthz`, `/readyz` and `/metrics`, the shutdown watch, the in-process purge and the
-//! store gauges); a [`Service`] (the gateway's proxy, the key service's API) answers on its
-//! listener until shutdown, then drains.
+//! `/healthz`, `/readyz` and `/metrics`, the shutdown watch, the in-process purge, the
+//! store gauges and what the store can lose, [`crate::durability`]); a [`Service`] (the
+//! gateway's proxy, the key service's API) answers on its listener until shutdown, then
+//! drains.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::Base;
+use crate::durability::DurabilityState;
 use crate::linger::{Linger, LingerListener};
 use crate::purge::{PurgeOptions, QuietProgress};
 use crate::store::AnyStore;
@@ -99,7 +101,8 @@ impl Host {
     /// Installs the metrics recorder, watches `shutdown`, serves the admin endpoints on
     /// `admin` (if given) and starts the purge (`purge_interval`) and the store gauges
     /// (`gauges_interval`) on `store`: neither runs on a key-service store, which purges and
-    /// exports its own.
+    /// exports its own. Reads what the store can lose at once and then with the gauges
+    /// (`Host::watch_durability`).
     pub fn start(
         config: &Base,
         store: &Arc<AnyStore>,
@@ -118,10 +121,11 @@ impl Host {
             stop,
             purge: None,
         };
-        if let Some(admin) = admin {
-            host.serve_admin(admin, store.clone());
-        }
         let own_store = !matches!(**store, AnyStore::KeyService(_));
+        let durability = host.watch_durability(store, config.gauges_interval, own_store);
+        if let Some(admin) = admin {
+            host.serve_admin(admin, store.clone(), durability);
+        }
         let purge = config.purge_interval.filter(|_| own_store).map(|every| {
             let store = store.clone();
             let opts = PurgeOptions {
@@ -149,12 +153,31 @@ impl Host {
         }
     }
 
-    fn serve_admin(&self, admin: TcpListener, store: Arc<AnyStore>) {
+    /// Reads what `store` can lose at once, logs it, and re-reads it every `gauges` (every
+    /// [`crate::durability::EVERY_WITHOUT_GAUGES`] when the gauges are off), exporting it
+    /// when the store is the process's own (`own`); a key service's store is read once, its
+    /// service reports its own. Returns the state `/readyz` reads.
+    fn watch_durability(
+        &self,
+        store: &Arc<AnyStore>,
+        gauges: Option<Duration>,
+        own: bool,
+    ) -> Arc<DurabilityState> {
+        let state = Arc::new(DurabilityState::default());
+        let every = own.then(|| gauges.unwrap_or(crate::durability::EVERY_WITHOUT_GAUGES));
+        let (store, kept, stopped) = (store.clone(), state.clone(), self.stopped());
+        tokio::spawn(async move {
+            crate::durability::watch(&*store, every, own, &kept, stopped).await;
+        });
+        state
+    }
+
+    fn serve_admin(&self, admin: TcpListener, store: Arc<AnyStore>, dur: Arc<DurabilityState>) {
         let app = Router::new()
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics_text))
-            .with_state(store);
+            .with_state(Ready { store, dur });
         if let Ok(addr) = admin.local_addr() {
             tracing::info!(admin = %addr, "idemgate admin listening");
         }
@@ -237,9 +260,23 @@ where
     }
 }
 
-async fn readyz(State(store): State<Arc<AnyStore>>) -> impl IntoResponse {
+/// What `/readyz` reads: the store, and why it refuses new keys, if it does.
+#[derive(Clone)]
+struct Ready {
+    store: Arc<AnyStore>,
+    dur: Arc<DurabilityState>,
+}
+
+/// `200 ready` when the store answers and takes new keys; `503` with the reason otherwise.
+async fn readyz(State(Ready { store, dur }): State<Ready>) -> impl IntoResponse {
     match tokio::time::timeout(Duration::from_secs(2), store.ping()).await {
-        Ok(Ok(())) => (StatusCode::OK, "ready\n".to_owned()),
+        Ok(Ok(())) => match dur.refusing_new_keys() {
+            None => (StatusCode::OK, "ready\n".to_owned()),
+            Some(why) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("new keys are refused (replays are still served): {why}\n"),
+            ),
+        },
         Ok(Err(e)) => {
             // The whole chain: the store's own error says what is wrong (e.g. which file).
             let why = crate::store::describe(&e);

@@ -10,6 +10,7 @@
 //!   (`idemgate purge` and `serve`'s) and its progress; [`proxy`]: the upstream client;
 //!   [`linger`]: lingering close, so early answers reach clients still sending.
 //! - [`store`]: the backend chosen at run time; [`gauges`]: its gauges on `/metrics`;
+//!   [`durability`]: what it can lose, logged, exported and on `/readyz`;
 //!   [`admin`]: `inspect`, `release`, `resolve`, `stats`; [`telemetry`]: the metrics
 //!   exporter; [`tls`]: rustls for the listener and `https://` upstreams; [`reload`]: the
 //!   configuration re-read on `SIGHUP`.
@@ -23,6 +24,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod durability;
 pub mod gauges;
 pub mod host;
 pub mod key_service;
@@ -90,7 +92,9 @@ async fn dispatch(
             server::run_reloading(config, store, listener, admin, shutdown_signal(), reload).await
         }
         Command::KeyService(args) => key_service::command(args, shutdown_signal()).await,
-        Command::Config(ConfigCommand::Check { file }) => cli::config_check(&file),
+        Command::Config(ConfigCommand::Check { file, connect }) => {
+            cli::config_check(&file, connect).await
+        }
         Command::Purge(args) => purge::command(args).await,
         Command::Migrate(args) => {
             let (url, opts) = args.resolve()?;

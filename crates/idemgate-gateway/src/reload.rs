@@ -4,9 +4,9 @@
 //! errors is rejected: every error is logged and the running configuration stays. A good
 //! one applies to requests that arrive afterwards: the gateway's service is swapped
 //! ([`Current`]), and requests already in flight finish under the service they started
-//! with. Settings bound at start-up (listeners, store, purge task, engine-wide store
-//! deadline and pending-outcome bounds, listener certificate) are logged as needing a
-//! restart and keep their running values.
+//! with. Settings bound at start-up (listeners, store, what its writes wait for on replicas,
+//! purge task, engine-wide store deadline and pending-outcome bounds, listener certificate)
+//! are logged as needing a restart and keep their running values.
 //!
 //! A file that would change what (principal, route) a request gets ([`ScopeSettings`]:
 //! the principal sources, `principal_hash_key_file`'s key, `[jwt] issuer`, `header_name`,
@@ -27,6 +27,7 @@ use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use crate::config::{Base, ScopeSettings, Validated};
+use crate::store::OpenOptions;
 use crate::telemetry::count_reload;
 
 /// Re-reads the configuration: the file and the flags, validated.
@@ -60,14 +61,37 @@ where
 /// their field names in the file.
 pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
     let (a, b) = (&running.base, &new.base);
-    let opts = |base: &Base| format!("{:?}", base.store_options);
+    // The replication keys are named on their own.
+    let opts = |base: &Base| {
+        let replication = Default::default();
+        format!(
+            "{:?}",
+            OpenOptions {
+                replication,
+                ..base.store_options.clone()
+            }
+        )
+    };
     let store_options = "store_table/store_key_prefix/store_migrate";
+    let (ra, rb) = (&a.store_options.replication, &b.store_options.replication);
     let lifecycle = "store_timeout/max_pending_outcomes/max_pending_outcome_bytes";
     [
         (running.listen != new.listen, "listen"),
         (running.admin_listen != new.admin_listen, "admin_listen"),
         (a.store != b.store, "store"),
         (opts(a) != opts(b), store_options),
+        (
+            ra.require_synchronous != rb.require_synchronous,
+            "require_synchronous_replication",
+        ),
+        (
+            ra.redis_wait_replicas != rb.redis_wait_replicas,
+            "redis_wait_replicas",
+        ),
+        (
+            ra.redis_wait_timeout != rb.redis_wait_timeout,
+            "redis_wait_timeout",
+        ),
         (a.purge_interval != b.purge_interval, "purge_interval"),
         (a.purge_batch != b.purge_batch, "purge_batch"),
         (a.policy.lifecycle != b.policy.lifecycle, lifecycle),

@@ -1,14 +1,15 @@
 //! The gateway's store: the facade's [`AnyStore`], found by the URL's scheme
 //! ([`StoreUrl`], parsed by the store crate it names) and opened with the file's store
-//! options ([`OpenOptions`]: table, key prefix, migrations, the key service's token).
+//! options ([`OpenOptions`]: table, key prefix, migrations, the key service's token, what
+//! a write waits for on replicas).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use idemgate_client::{KeyServiceClient, KeyServiceStore};
-use idemgate_postgres::PostgresStore;
-use idemgate_redis::RedisStore;
+use idemgate_postgres::{PostgresOptions, PostgresStore};
+use idemgate_redis::{RedisOptions, RedisStore};
 use idemgate_sqlite::{SqliteLocation, SqliteStore};
 
 pub use idemgate::{AnyStore, AnyUrl as StoreUrl};
@@ -32,6 +33,32 @@ pub struct OpenOptions {
     pub store_ca_file: Option<PathBuf>,
     /// Deadline of each call to an `idemgate://` store. Defaults to 2 s (`store_timeout`).
     pub store_timeout: Duration,
+    /// What a write waits for on the store's replicas.
+    pub replication: Replication,
+}
+
+/// What a write waits for on the store's replicas before the store acknowledges it: the
+/// restart-only keys `require_synchronous_replication` (PostgreSQL), `redis_wait_replicas`
+/// and `redis_wait_timeout` (Redis). The default waits for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replication {
+    /// PostgreSQL: every write waits for a synchronous standby
+    /// ([`PostgresOptions::with_require_synchronous_replication`]).
+    pub require_synchronous: bool,
+    /// Redis: replicas that must acknowledge each write (`WAIT`); 0 for none.
+    pub redis_wait_replicas: u32,
+    /// Redis: how long a write waits for them (500 ms by default).
+    pub redis_wait_timeout: Duration,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Self {
+            require_synchronous: false,
+            redis_wait_replicas: 0,
+            redis_wait_timeout: RedisOptions::default().wait_timeout,
+        }
+    }
 }
 
 /// Opens the store a URL names with `opts` (creating and migrating a SQLite file as
@@ -55,7 +82,9 @@ pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<AnyStore
             )
         }
         StoreUrl::Postgres(url) => {
-            let mut store = PostgresStore::from_url(url, &Default::default())
+            let options = PostgresOptions::default()
+                .with_require_synchronous_replication(opts.replication.require_synchronous);
+            let mut store = PostgresStore::from_url(url, &options)
                 .await
                 .with_context(|| format!("cannot connect to the postgres store {}", redact(url)))?;
             if let Some(table) = &opts.table {
@@ -76,7 +105,9 @@ pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<AnyStore
 
 /// The Redis store, with its key prefix; its risky server settings are logged.
 async fn open_redis(url: &str, opts: &OpenOptions) -> anyhow::Result<RedisStore> {
-    let mut store = RedisStore::from_url(url, &Default::default())
+    let r = &opts.replication;
+    let options = RedisOptions::default().with_wait(r.redis_wait_replicas, r.redis_wait_timeout);
+    let mut store = RedisStore::from_url(url, &options)
         .await
         .with_context(|| format!("cannot connect to the redis store {}", redact(url)))?;
     if let Some(prefix) = &opts.key_prefix {

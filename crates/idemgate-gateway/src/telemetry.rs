@@ -40,8 +40,9 @@ pub const PURGE_RUNS: &str = "idempotency_purge_runs_total";
 /// Every value of the `result` label of [`PURGE_RUNS`].
 pub const PURGE_RESULTS: [&str; 2] = ["ok", "error"];
 
-/// The counters of the purge and the store gauges, in both commands.
-pub const COUNTERS: [CounterSpec; 3] = [
+/// The counters of the purge, the store gauges and the store's replication
+/// ([`FAILOVERS`], [`UNCONFIRMED_WRITES`]), in both commands.
+pub const COUNTERS: [CounterSpec; 5] = [
     CounterSpec {
         name: "idempotency_purged_records_total",
         help: "Expired records deleted by the purge (in-process or `idemgate purge`).",
@@ -52,8 +53,43 @@ pub const COUNTERS: [CounterSpec; 3] = [
     },
     CounterSpec {
         name: "idempotency_store_gauges_errors_total",
-        help: "Failed reads of the store gauges.",
+        help: "Failed reads of the store gauges and of what the store can lose.",
     },
+    CounterSpec {
+        name: FAILOVERS,
+        help: "Failovers the store followed: a new primary behind its URL (PostgreSQL).",
+    },
+    CounterSpec {
+        name: UNCONFIRMED_WRITES,
+        help: "Store writes no replica confirmed in time, by op (PostgreSQL's require_synchronous_replication, Redis's redis_wait_replicas).",
+    },
+];
+
+/// Failovers the store followed, by `backend` (PostgreSQL's).
+pub const FAILOVERS: &str = "idempotency_store_failovers_total";
+
+/// Writes no replica confirmed in time, by `backend` and `op`.
+pub const UNCONFIRMED_WRITES: &str = "idempotency_store_unconfirmed_writes_total";
+
+/// The `op` values of [`UNCONFIRMED_WRITES`] each store counts (its write operations, as
+/// named in `idempotency_store_duration_seconds`).
+const UNCONFIRMED_OPS: [(&str, &[&str]); 2] = [
+    (
+        "postgres",
+        &[
+            "insert_or_get",
+            "take_over",
+            "renew",
+            "complete",
+            "fail",
+            "release",
+            "purge_expired",
+        ],
+    ),
+    (
+        "redis",
+        &["insert_or_get", "take_over", "complete", "fail", "release"],
+    ),
 ];
 
 /// `SIGHUP` reloads of `idemgate serve`, by `result` ([`RELOAD_RESULTS`]).
@@ -79,22 +115,43 @@ fn background_series() -> Vec<Series> {
     series
 }
 
+/// The replication counters a store of `backend` emits: PostgreSQL's failovers, and the
+/// unconfirmed writes of PostgreSQL and Redis by `op`.
+pub fn store_series(backend: &'static str) -> Vec<Series> {
+    let mut series = Vec::new();
+    if backend == "postgres" {
+        series.push(Series::new(FAILOVERS).with("backend", backend));
+    }
+    for (_, ops) in UNCONFIRMED_OPS.iter().filter(|(b, _)| *b == backend) {
+        series.extend(
+            Series::new(UNCONFIRMED_WRITES)
+                .with("backend", backend)
+                .each("op", ops),
+        );
+    }
+    series
+}
+
 /// Every counter series `idemgate serve` can emit under `policy` on a store whose backend
 /// is `backend`: the layer's and its lifecycle's
-/// ([`idemgate_tower::metrics::series`]), the purge's, the store gauges' and the reloads'.
+/// ([`idemgate_tower::metrics::series`]), the purge's, the store gauges', the store's
+/// replication ([`store_series`]) and the reloads'.
 pub fn gateway_series(policy: &Policy, backend: &'static str) -> Vec<Series> {
     let mut series = idemgate_tower::metrics::series(policy, backend);
     series.extend(background_series());
+    series.extend(store_series(backend));
     series.extend(Series::new(CONFIG_RELOADS.name).each("result", &RELOAD_RESULTS));
     series
 }
 
 /// Every counter series `idemgate key-service` can emit with `settings` on a store whose
 /// backend is `backend`: the service's and its lifecycle's
-/// ([`idemgate_key_service::counters::series`]), the purge's and the store gauges'.
+/// ([`idemgate_key_service::counters::series`]), the purge's, the store gauges' and the
+/// store's replication ([`store_series`]).
 pub fn key_service_series(settings: &KeyServiceSettings, backend: &'static str) -> Vec<Series> {
     let mut series = idemgate_key_service::counters::series(settings, backend);
     series.extend(background_series());
+    series.extend(store_series(backend));
     series
 }
 
@@ -132,6 +189,7 @@ fn describe() {
         ("idempotency_store_table_bytes", "Size of the records table with its indexes, in bytes (PostgreSQL)."),
         ("idempotency_store_dead_rows", "Dead rows of the records table waiting for autovacuum (PostgreSQL)."),
         ("idempotency_store_gauges_approximate", "1 when the store gauges are estimates (large PostgreSQL tables, sampled Redis)."),
+        ("idempotency_store_durability", "What a failure can lose, by level (replicated, local, volatile, unknown): 1 for the store's current level, 0 for the others."),
         ("idempotency_purge_last_duration_seconds", "Duration of the last purge run, in seconds."),
         ("idempotency_purge_last_success_timestamp_seconds", "Unix time of the last successful purge run, in seconds."),
     ];

@@ -75,19 +75,15 @@ impl AdminStore for PostgresStore {
             record_columns()
         );
         let mut tx = self.pool.begin().await.map_err(classify)?;
-        let found = key_query(&select, &seen.key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
+        let query = key_query(&select, &seen.key);
+        let found = query.fetch_optional(&mut *tx).await.map_err(classify)?;
         let current = found.map(|r| row::decode(&seen.key, &r)).transpose()?;
         if !current.is_some_and(|c| same_record(seen, &c.raw)) {
             return Ok(false); // the transaction rolls back on drop
         }
         let delete = format!("DELETE FROM {t} WHERE {key}");
-        let done = key_query(&delete, &seen.key)
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
+        let query = key_query(&delete, &seen.key);
+        let done = query.execute(&mut *tx).await.map_err(classify)?;
         tx.commit().await.map_err(classify)?;
         Ok(done.rows_affected() == 1)
     }

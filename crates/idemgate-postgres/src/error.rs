@@ -42,6 +42,54 @@ pub enum PostgresStoreError {
         /// What is wrong.
         detail: String,
     },
+    /// The server is a standby (`pg_is_in_recovery()` is true) and the URL asks for the
+    /// primary (`target_session_attrs` `read-write` or `primary`, the default): a store that
+    /// writes needs the primary. Classified as [`StoreError::Unavailable`].
+    #[error(
+        "the server at {host} is a standby (pg_is_in_recovery() is true); \
+         the store writes, so it needs the primary"
+    )]
+    Standby {
+        /// The server, as `host:port`.
+        host: String,
+    },
+    /// The server's system identifier (`pg_control_system()`) differs from the one this store
+    /// first connected to: another database, not a failover. Classified as
+    /// [`StoreError::Unavailable`].
+    #[error(
+        "the server at {host} is another database: system identifier {found}, \
+         but this store's database has system identifier {expected}"
+    )]
+    OtherDatabase {
+        /// The server, as `host:port`.
+        host: String,
+        /// The system identifier the store first saw.
+        expected: u64,
+        /// The server's.
+        found: u64,
+    },
+    /// The server's timeline is lower than one this store already used: a former primary
+    /// that missed the writes made after a failover. Classified as
+    /// [`StoreError::Unavailable`].
+    #[error(
+        "the server at {host} is on timeline {found}, behind timeline {seen} \
+         this store already used: a former primary that missed writes"
+    )]
+    TimelineBehind {
+        /// The server, as `host:port`.
+        host: String,
+        /// The highest timeline the store saw.
+        seen: u32,
+        /// The server's.
+        found: u32,
+    },
+    /// No host of the URL's list is usable; `tried` says why, host by host. Classified as
+    /// [`StoreError::Unavailable`].
+    #[error("no host of the store URL is usable: {tried}")]
+    NoServer {
+        /// `host:port: reason` for each host, separated by `; `.
+        tried: String,
+    },
     /// `insert_or_get` lost the race for one record this many times in a row (the record
     /// kept changing between its read and its write). Classified as [`StoreError::Conflict`].
     #[error("insert_or_get gave up after {attempts} attempts: the record kept changing")]
@@ -104,7 +152,9 @@ impl From<PostgresStoreError> for StoreError {
     /// Classifies: connection refused or reset, TLS failure, pool timed out or closed,
     /// server shutting down or full → [`StoreError::Unavailable`]; statement or lock timeout
     /// (SQLSTATE 57014, 55P03) → [`StoreError::Timeout`]; serialization failure or deadlock
-    /// (40001, 40P01) and insert contention → [`StoreError::Conflict`]; a record that fails
+    /// (40001, 40P01) and insert contention → [`StoreError::Conflict`]; a server refused
+    /// when connecting (a standby, another database, a timeline behind, no usable host) →
+    /// [`StoreError::Unavailable`]; a record that fails
     /// validation or a column that does not decode → [`StoreError::Corrupt`]; any other error
     /// the server answered (SQLSTATE, e.g. 54000 for a key over the index row size) →
     /// [`StoreError::Refused`] (definite: nothing was written); anything else (a protocol
@@ -117,6 +167,10 @@ impl From<PostgresStoreError> for StoreError {
             PostgresStoreError::Sqlx(inner) => classify_sqlx(inner),
             PostgresStoreError::Corrupt { .. } => Class::Corrupt,
             PostgresStoreError::Contention { .. } => Class::Conflict,
+            PostgresStoreError::Standby { .. }
+            | PostgresStoreError::OtherDatabase { .. }
+            | PostgresStoreError::TimelineBehind { .. }
+            | PostgresStoreError::NoServer { .. } => Class::Unavailable,
             _ => Class::Backend,
         };
         match class {
@@ -178,6 +232,27 @@ mod tests {
         assert!(
             matches!(StoreError::from(e), StoreError::Corrupt { detail } if detail == "bad state")
         );
+    }
+
+    #[test]
+    fn servers_refused_when_connecting_are_unavailable() {
+        let host = || "db:5432".to_owned();
+        for e in [
+            PostgresStoreError::Standby { host: host() },
+            PostgresStoreError::OtherDatabase {
+                host: host(),
+                expected: 1,
+                found: 2,
+            },
+            PostgresStoreError::TimelineBehind {
+                host: host(),
+                seen: 3,
+                found: 2,
+            },
+            PostgresStoreError::NoServer { tried: host() },
+        ] {
+            assert!(matches!(StoreError::from(e), StoreError::Unavailable(_)));
+        }
     }
 
     #[test]

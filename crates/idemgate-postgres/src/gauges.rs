@@ -1,14 +1,16 @@
-//! [`GaugedStore`] for [`PostgresStore`], the one count of `idemgate stats` and the gauges:
+//! [`GaugedStore`] for [`PostgresStore`], the one count of `idemgate stats` and the gauges
+//! (and the durability report of `durability.rs`):
 //! indexed queries and catalog statistics, cheap enough for every metrics interval on a
 //! table of any size (marked approximate past [`EXACT_COUNT_BELOW`] rows).
 
 use std::num::NonZeroU32;
 
+use idemgate_core::durability::Durability;
 use idemgate_core::gauges::{GaugedStore, StoreCount};
 use idemgate_core::{RecordState, StoreError};
 use sqlx::{Executor, Row};
 
-use crate::error::classify;
+use crate::error::{classify, Result};
 use crate::sql::{ms, NOW};
 use crate::store::PostgresStore;
 
@@ -68,57 +70,47 @@ fn split(settled: u64, vals: Option<Vec<String>>, freqs: Option<Vec<f32>>) -> (u
 
 impl PostgresStore {
     /// Counts by state, body bytes and the oldest record, from one scan of the table.
-    async fn exact_counts(&self, g: &mut StoreCount) -> Result<(), StoreError> {
+    async fn exact_counts(&self, g: &mut StoreCount) -> Result<()> {
         let sql = format!(
             "SELECT state, count(*), {}, coalesce(sum(length(response)), 0)::bigint \
              FROM {} GROUP BY state",
             ms("min(created_at)"),
             self.table.qualified()
         );
-        let rows = self
-            .pool
-            .fetch_all(sqlx::query(&sql))
-            .await
-            .map_err(classify)?;
+        let rows = self.pool.fetch_all(sqlx::query(&sql)).await?;
         (g.in_progress, g.completed, g.failed) = (0, 0, 0);
         (g.oldest_created_at, g.body_bytes) = (None, Some(0));
         for r in rows {
-            let state: Option<String> = r.try_get(0).map_err(classify)?;
-            let n = r.try_get::<i64, _>(1).map_err(classify)?.max(0) as u64;
+            let state: Option<String> = r.try_get(0)?;
+            let n = r.try_get::<i64, _>(1)?.max(0) as u64;
             match state.as_deref().and_then(RecordState::parse) {
                 Some(RecordState::InProgress) => g.in_progress = n,
                 Some(RecordState::Completed) => g.completed = n,
                 Some(RecordState::Failed) => g.failed = n,
                 None => g.unknown_state += n,
             }
-            if let Some(c) = r.try_get::<Option<i64>, _>(2).map_err(classify)? {
+            if let Some(c) = r.try_get::<Option<i64>, _>(2)? {
                 g.oldest_created_at = Some(g.oldest_created_at.map_or(c, |o| o.min(c)));
             }
-            let bytes = r.try_get::<i64, _>(3).map_err(classify)?.max(0) as u64;
+            let bytes = r.try_get::<i64, _>(3)?.max(0) as u64;
             g.body_bytes = g.body_bytes.map(|b| b + bytes);
         }
         Ok(())
     }
-}
 
-impl PostgresStore {
     /// The count of [`GaugedStore::gauges`]; exact below `exact_below` live rows.
-    async fn count(&self, exact_below: i64) -> Result<StoreCount, StoreError> {
+    async fn count(&self, exact_below: i64) -> Result<StoreCount> {
         let sql = catalog_sql(&self.table.qualified());
         let q = sqlx::query(&sql)
             .bind(self.table.qualified())
             .bind(EXPIRED_COUNT_CAP);
-        let r = self.pool.fetch_one(q).await.map_err(classify)?;
-        let get = |i: usize| -> Result<i64, StoreError> {
-            Ok(r.try_get::<Option<i64>, _>(i)
-                .map_err(classify)?
-                .unwrap_or(0))
-        };
+        let r = self.pool.fetch_one(q).await?;
+        let get = |i: usize| -> Result<i64> { Ok(r.try_get::<Option<i64>, _>(i)?.unwrap_or(0)) };
         let live = get(1)?;
         let in_progress = get(5)?.max(0) as u64;
         let settled = (live.max(0) as u64).saturating_sub(in_progress);
-        let vals = r.try_get::<Option<Vec<String>>, _>(3).map_err(classify)?;
-        let freqs = r.try_get::<Option<Vec<f32>>, _>(4).map_err(classify)?;
+        let vals = r.try_get::<Option<Vec<String>>, _>(3)?;
+        let freqs = r.try_get::<Option<Vec<f32>>, _>(4)?;
         let (completed, failed) = split(settled, vals, freqs);
         let approximate = live >= exact_below;
         let mut g = StoreCount {
@@ -128,7 +120,7 @@ impl PostgresStore {
             failed,
             table_bytes: Some(get(0)?.max(0) as u64),
             dead_rows: Some(get(2)?.max(0) as u64),
-            oldest_created_at: r.try_get::<Option<i64>, _>(7).map_err(classify)?,
+            oldest_created_at: r.try_get::<Option<i64>, _>(7)?,
             expired: Some(get(8)?.max(0) as u64),
             stuck_in_progress: get(6)?.max(0) as u64,
             approximate,
@@ -152,12 +144,26 @@ impl GaugedStore for PostgresStore {
     /// body bytes are not summed). Below [`EXACT_COUNT_BELOW`] one scan of the table counts
     /// every state (corrupt ones as unknown), the body bytes and the oldest record exactly.
     async fn gauges(&self) -> Result<StoreCount, StoreError> {
-        self.count(EXACT_COUNT_BELOW).await
+        Ok(self.count(EXACT_COUNT_BELOW).await?)
     }
 
     /// As [`GaugedStore::gauges`] with one scan of the table whatever its size.
     async fn count_exact(&self) -> Result<StoreCount, StoreError> {
-        self.count(i64::MAX).await
+        Ok(self.count(i64::MAX).await?)
+    }
+
+    /// [`idemgate_core::DurabilityLevel::Volatile`] when `fsync` or `synchronous_commit` is off;
+    /// [`idemgate_core::DurabilityLevel::Replicated`] when commits wait (`synchronous_commit` on,
+    /// `remote_write` or `remote_apply`) for the standbys `synchronous_standby_names`
+    /// requires and that many stream as `sync` or `quorum`; otherwise
+    /// [`idemgate_core::DurabilityLevel::Local`]. The facts: those settings, the required count, whether the
+    /// server is in recovery, the timeline, the system identifier and each standby's state
+    /// and LSNs (`not readable` without `pg_monitor`). With
+    /// [`crate::PostgresOptions::with_require_synchronous_replication`],
+    /// `refusing_new_keys` says why new keys are refused, and the store takes that answer.
+    /// Two statements (one when `pg_control_system()` may not be called).
+    async fn durability(&self) -> Result<Durability, StoreError> {
+        Ok(self.durability_report().await?)
     }
 
     /// An index range scan over `expires_at`, stopped at `limit`.
@@ -166,9 +172,8 @@ impl GaugedStore for PostgresStore {
         let sql = format!(
             "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE expires_at <= {NOW} LIMIT $1) e"
         );
-        let q = sqlx::query(&sql).bind(i64::from(limit.get()));
-        let r = self.pool.fetch_one(q).await.map_err(classify)?;
-        let n: i64 = r.try_get(0).map_err(classify)?;
+        let q = sqlx::query_scalar(&sql).bind(i64::from(limit.get()));
+        let n: i64 = q.fetch_one(&self.pool).await.map_err(classify)?;
         Ok(Some(n.max(0) as u64))
     }
 }

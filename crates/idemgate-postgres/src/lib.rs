@@ -50,8 +50,16 @@
 //! - `primitives.rs`: the [`idemgate_core::IdempotencyStore`] primitives; `insert.rs`: the
 //!   insert-or-get loop (insert or read, read again, replace an expired record) and the
 //!   take-over compare-and-set.
+//! - `sync.rs`: [`PostgresOptions::with_require_synchronous_replication`] (the session
+//!   check, the refusal of new keys, the write permits, the confirmation of each write);
+//!   `durability.rs`: [`idemgate_core::gauges::GaugedStore::durability`], read from the
+//!   replication settings and the standbys.
 //! - `sql.rs`: the SQL of every statement, built once per table name.
-//! - `url.rs`: [`PostgresStore::from_url`] and [`PostgresStore::check_url`] (`postgres://`).
+//! - `url.rs`: [`PostgresStore::from_url`] and [`PostgresStore::check_url`] (`postgres://`);
+//!   `hosts.rs`: libpq's host lists (`h1:5432,h2:5433`) and `target_session_attrs`.
+//! - `connect.rs`: the pool's host, the checks of every new connection (standby, system
+//!   identifier, timeline: `connect/server.rs`); `connect/search.rs`: the search of the
+//!   URL's hosts and the watcher that follows a failover.
 //! - `migrate.rs` and `migrations/*.sql`: the embedded migrations ([`PostgresStore::migrate`]).
 //! - `admin.rs`: [`idemgate_core::admin::AdminStore`] (list a key's rows, delete one
 //!   exact row, count rows by state) for `idemgate inspect`, `release` and `stats`.
@@ -87,8 +95,11 @@
 //! usable by the build before it, so replicas can be upgraded one at a time.
 
 mod admin;
+mod connect;
+mod durability;
 mod error;
 mod gauges;
+mod hosts;
 mod insert;
 mod migrate;
 mod options;
@@ -96,6 +107,7 @@ mod primitives;
 mod row;
 mod sql;
 mod store;
+mod sync;
 mod url;
 
 pub use error::{PostgresStoreError, Result};

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::error::Result;
+use crate::error::{PostgresStoreError, Result};
 
 /// Connection settings of [`crate::PostgresStore::connect_with`]. Each one bounds how long a
 /// slow, locked or unreachable database can hold a request.
@@ -25,6 +25,7 @@ pub struct PostgresOptions {
     statement_timeout: Option<Duration>,
     acquire_timeout: Duration,
     max_connections: u32,
+    require_synchronous_replication: bool,
 }
 
 impl Default for PostgresOptions {
@@ -33,6 +34,7 @@ impl Default for PostgresOptions {
             statement_timeout: Some(Duration::from_secs(2)),
             acquire_timeout: Duration::from_secs(2),
             max_connections: 16,
+            require_synchronous_replication: false,
         }
     }
 }
@@ -71,9 +73,66 @@ impl PostgresOptions {
         self
     }
 
+    /// Requires every write to wait for a synchronous standby. Defaults to false; without
+    /// it nothing below happens and no statement is added.
+    ///
+    /// - The store's sessions run at `synchronous_commit = on`, set as a startup option (no
+    ///   round trip) unless the URL sets `on` or `remote_apply`; any other value in the URL
+    ///   fails [`PostgresOptions::connect_options`].
+    /// - Connecting fails while the server's `synchronous_standby_names` is empty, or while
+    ///   the role cannot read the LSN columns of `pg_stat_replication` (grant `pg_monitor`).
+    /// - A write that changed a row (a fresh insert, a take-over, a renewal, an outcome) is
+    ///   reported only once enough synchronous standbys have it: one more statement on the
+    ///   same connection reads the primary's flushed WAL position and the standbys' flush
+    ///   positions (replay positions under `remote_apply`), polled every 5 ms until they
+    ///   reach it or the statement timeout passes (2 s without one). That is the cost: one
+    ///   statement per write, and a poll per 5 ms the standbys lag (rare: commits wait for
+    ///   them already). Unconfirmed, the write fails with
+    ///   [`idemgate_core::StoreError::Unavailable`] (its outcome unknown) and is counted in
+    ///   `idempotency_store_unconfirmed_writes_total{backend="postgres",op}`; the retry of
+    ///   an unconfirmed outcome write that finds it already written confirms it again.
+    /// - While no synchronous standby is connected, `synchronous_standby_names` was
+    ///   emptied, or a store commit has waited over a second for the standby, new keys are
+    ///   refused ([`idemgate_core::StoreError::Refused`]) and existing records still
+    ///   returned (a read never waits for a standby).
+    /// - Writes hold at most [`PostgresOptions::with_max_connections`] minus a reserve of a
+    ///   quarter (at least 1) of the connections, so commits stuck on a stalled standby
+    ///   never take the connections that replays are read on.
+    ///
+    /// Each write is run by a task of its own, which keeps its connection until the
+    /// server answers even when the caller gave up: a commit waiting on a standby cannot
+    /// be interrupted by the statement timeout.
+    ///
+    /// It applies to stores made by [`crate::PostgresStore::connect_with`] and
+    /// [`crate::PostgresStore::from_url`], not to [`crate::PostgresStore::from_pool`].
+    /// [`crate::PostgresStore::complete_using`] completes in the caller's transaction, whose
+    /// commit waits for the standby (`synchronous_commit = on`) but is not confirmed.
+    pub fn with_require_synchronous_replication(mut self, required: bool) -> Self {
+        self.require_synchronous_replication = required;
+        self
+    }
+
+    /// Whether [`PostgresOptions::with_require_synchronous_replication`] is set.
+    pub fn require_synchronous_replication(&self) -> bool {
+        self.require_synchronous_replication
+    }
+
     /// The statement timeout set on new connections.
     pub fn statement_timeout(&self) -> Option<Duration> {
         self.statement_timeout
+    }
+
+    /// How long a call waits for a connection ([`PostgresOptions::with_acquire_timeout`]).
+    pub(crate) fn acquire_timeout(&self) -> Duration {
+        self.acquire_timeout
+    }
+
+    /// How many writes may hold a connection at once under
+    /// [`PostgresOptions::with_require_synchronous_replication`]: the pool minus a reserve
+    /// of a quarter of it (at least 1), and at least 1.
+    pub(crate) fn write_permits(&self) -> usize {
+        let max = self.max_connections as usize;
+        max.saturating_sub((max / 4).max(1)).max(1)
     }
 
     /// The pool settings: [`PostgresOptions::with_max_connections`] and
@@ -91,21 +150,103 @@ impl PostgresOptions {
     }
 
     /// Parses a libpq-style `url` and adds the statement timeout to the connection's
-    /// startup options (no extra round trip), unless the URL sets one. Use it to build a
-    /// pool for [`crate::PostgresStore::from_pool`] with the same bounds.
+    /// startup options (no extra round trip), unless the URL sets one; with
+    /// [`PostgresOptions::with_require_synchronous_replication`], `synchronous_commit=on`
+    /// too, unless the URL sets `on` or `remote_apply`. Use it to build a pool for
+    /// [`crate::PostgresStore::from_pool`] with the same bounds.
     ///
     /// # Errors
-    /// [`crate::PostgresStoreError::Sqlx`] if the URL is invalid.
+    /// [`crate::PostgresStoreError::Sqlx`] if the URL is invalid;
+    /// [`crate::PostgresStoreError::InvalidUrl`] naming `synchronous_commit` if synchronous
+    /// replication is required and the URL sets another value.
     pub fn connect_options(&self, url: &str) -> Result<PgConnectOptions> {
-        let options = PgConnectOptions::from_str(url)?;
-        let in_url = options
-            .get_options()
-            .is_some_and(|o| o.contains("statement_timeout"));
+        let mut options = PgConnectOptions::from_str(url)?;
+        let in_url = |name: &str| options.get_options().and_then(|o| setting(o, name));
+        let commit = in_url(SYNCHRONOUS_COMMIT);
+        let timeout_in_url = in_url("statement_timeout").is_some();
+        if self.require_synchronous_replication {
+            match commit.as_deref() {
+                None => options = options.options([(SYNCHRONOUS_COMMIT, "on")]),
+                Some("on" | "remote_apply") => {}
+                Some(other) => {
+                    return Err(PostgresStoreError::InvalidUrl {
+                        reason: format!(
+                            "the URL sets {SYNCHRONOUS_COMMIT}={other}: synchronous replication \
+                             is required, which takes on or remote_apply"
+                        ),
+                    })
+                }
+            }
+        }
         Ok(match self.statement_timeout {
-            Some(timeout) if !in_url => {
+            Some(timeout) if !timeout_in_url => {
                 options.options([("statement_timeout", timeout.as_millis().to_string())])
             }
             _ => options,
         })
+    }
+}
+
+/// The setting a commit's wait for standbys is chosen by.
+const SYNCHRONOUS_COMMIT: &str = "synchronous_commit";
+
+/// The value the startup `options` string (`-c name=value ...`) gives setting `name`, the
+/// last one when it is set twice (as the server reads it).
+fn setting(options: &str, name: &str) -> Option<String> {
+    let (_, after) = options.rsplit_once(name)?;
+    let value = after.trim_start().strip_prefix('=')?.trim_start();
+    let end = value.find(char::is_whitespace).unwrap_or(value.len());
+    Some(value[..end].trim_matches(['\'', '"']).to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_read_from_the_startup_options() {
+        let o = "-c statement_timeout=5s -c synchronous_commit=remote_apply";
+        assert_eq!(
+            setting(o, "synchronous_commit").as_deref(),
+            Some("remote_apply")
+        );
+        assert_eq!(setting(o, "statement_timeout").as_deref(), Some("5s"));
+        assert_eq!(
+            setting("-c synchronous_commit = ON", "synchronous_commit").as_deref(),
+            Some("on")
+        );
+        assert_eq!(setting("-c work_mem=4MB", "synchronous_commit"), None);
+    }
+
+    #[test]
+    fn synchronous_commit_is_set_unless_the_url_sets_an_accepted_value() {
+        let sync = PostgresOptions::new().with_require_synchronous_replication(true);
+        let set = |url: &str| {
+            sync.connect_options(url)
+                .map(|o| o.get_options().map(str::to_owned))
+        };
+        let plain = set("postgres://db/pay").unwrap().unwrap();
+        assert!(plain.contains("synchronous_commit=on"), "{plain}");
+        let apply = set("postgres://db/pay?options=-c%20synchronous_commit%3Dremote_apply");
+        assert!(!apply.unwrap().unwrap().contains("synchronous_commit=on"));
+        let err = set("postgres://db/pay?options=-c%20synchronous_commit%3Dremote_write");
+        assert!(err.unwrap_err().to_string().contains("synchronous_commit"));
+        let off = PostgresOptions::new()
+            .connect_options("postgres://db/pay")
+            .unwrap();
+        assert!(!off.get_options().unwrap().contains("synchronous_commit"));
+    }
+
+    #[test]
+    fn writes_leave_a_reserve_of_connections() {
+        let permits = |max| {
+            PostgresOptions::new()
+                .with_max_connections(max)
+                .write_permits()
+        };
+        assert_eq!(
+            [permits(1), permits(2), permits(4), permits(16)],
+            [1, 1, 3, 12]
+        );
     }
 }

@@ -27,26 +27,23 @@ pub(crate) fn ms(expr: &str) -> String {
 /// store and the unquoted name an operator types in `psql` are the same table.
 pub(crate) fn validate_identifier(name: &str) -> Result<(), PostgresStoreError> {
     let reason = if name.is_empty() {
-        Some("empty")
+        "empty"
     } else if name.len() > MAX_IDENTIFIER_BYTES {
-        Some("longer than 39 bytes")
+        "longer than 39 bytes"
     } else if name.starts_with(|c: char| c.is_ascii_digit()) {
-        Some("starts with a digit")
+        "starts with a digit"
     } else if !name
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
     {
-        Some("only a-z, 0-9 and _ are allowed")
+        "only a-z, 0-9 and _ are allowed"
     } else {
-        None
+        return Ok(());
     };
-    match reason {
-        None => Ok(()),
-        Some(reason) => Err(PostgresStoreError::InvalidIdentifier {
-            name: name.to_owned(),
-            reason,
-        }),
-    }
+    Err(PostgresStoreError::InvalidIdentifier {
+        name: name.to_owned(),
+        reason,
+    })
 }
 
 /// A validated table name, optionally in a schema.

@@ -13,10 +13,12 @@ use idemgate_core::{Lease, ScopedKey, StoreError, StoredResponse};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgConnection, PgPool};
 
+use crate::connect::{self, Link};
 use crate::error::Result;
 use crate::migrate;
 use crate::options::PostgresOptions;
 use crate::sql::{self, Statements, Table};
+use crate::sync::SyncGuard;
 
 /// Longest lease or record TTL passed to the database: 100 years, in ms. Longer durations
 /// are clamped to it.
@@ -38,6 +40,12 @@ pub struct PostgresStore {
     pub(crate) pool: PgPool,
     pub(crate) table: Arc<Table>,
     pub(crate) sql: Arc<Statements>,
+    /// The host checks and the failover watcher of a store made by `connect` (empty for
+    /// [`PostgresStore::from_pool`]).
+    pub(crate) link: Arc<Link>,
+    /// The state of [`PostgresOptions::with_require_synchronous_replication`] (`None`
+    /// unless a store made by `connect` requires it; `sync.rs`).
+    pub(crate) sync: Option<Arc<SyncGuard>>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -70,11 +78,30 @@ impl PostgresStore {
     /// settings go in `options`, e.g. `?options=-c%20statement_timeout%3D5s`. The table is
     /// `idempotency_records` unless changed with [`PostgresStore::with_table_name`].
     ///
+    /// A list of hosts in libpq's syntax (`postgres://app@h1:5432,h2:5433/pay`) connects to
+    /// the primary among them (`pg_is_in_recovery()` false; the highest timeline if several
+    /// are), and a watcher checks it every second (one query on a connection of its own):
+    /// when it is gone or in recovery, the watcher searches the hosts again and points the
+    /// pool at the new primary. With `target_session_attrs=any`, the first host that accepts.
+    ///
+    /// Every new connection is checked first (one more round trip): a standby is refused
+    /// (unless `target_session_attrs=any`), and so is another database (a system identifier
+    /// other than the first one seen) or a former primary (a timeline behind the highest
+    /// seen). A higher timeline is a failover: logged, counted in
+    /// `idempotency_store_failovers_total{backend="postgres"}`, and idle connections opened
+    /// before it are closed instead of reused. See [`PostgresStore::timeline`],
+    /// [`PostgresStore::system_identifier`] and [`PostgresStore::last_refusal`].
+    ///
     /// # Errors
     /// [`PostgresStoreError::Sqlx`] if the URL is invalid or the server cannot be reached or
-    /// refuses the login.
+    /// refuses the login; [`PostgresStoreError::Standby`] for a standby;
+    /// [`PostgresStoreError::NoServer`] when no host of a list is usable;
+    /// [`PostgresStoreError::InvalidUrl`] for a host list libpq would not accept.
     ///
     /// [`PostgresStoreError::Sqlx`]: crate::PostgresStoreError::Sqlx
+    /// [`PostgresStoreError::Standby`]: crate::PostgresStoreError::Standby
+    /// [`PostgresStoreError::NoServer`]: crate::PostgresStoreError::NoServer
+    /// [`PostgresStoreError::InvalidUrl`]: crate::PostgresStoreError::InvalidUrl
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, &PostgresOptions::default()).await
     }
@@ -84,10 +111,10 @@ impl PostgresStore {
     /// # Errors
     /// As [`PostgresStore::connect`].
     pub async fn connect_with(url: &str, options: &PostgresOptions) -> Result<Self> {
-        let connect = options.connect_options(url)?;
-        Ok(Self::from_pool(
-            options.pool_options().connect_with(connect).await?,
-        ))
+        let (pool, link) = connect::connect(url, options).await?;
+        let mut store = Self::from_pool(pool);
+        store.link = Arc::new(link);
+        store.requiring_sync(options).await
     }
 
     /// A store on an existing pool (for example the application's own, so
@@ -100,11 +127,7 @@ impl PostgresStore {
             schema: None,
             name: sql::DEFAULT_TABLE.to_owned(),
         };
-        Self {
-            pool,
-            sql: Arc::new(Statements::new(&table)),
-            table: Arc::new(table),
-        }
+        Self::on_table(pool, Arc::default(), table)
     }
 
     /// Uses table `name` (default `idempotency_records`). The migrations are recorded in
@@ -121,7 +144,7 @@ impl PostgresStore {
             schema: self.table.schema.clone(),
             name: name.to_owned(),
         };
-        Ok(self.with_table(table))
+        Ok(Self::on_table(self.pool, self.link, table).with_sync(self.sync))
     }
 
     /// Puts the table in schema `schema` instead of the connection's `search_path`.
@@ -138,12 +161,16 @@ impl PostgresStore {
             schema: Some(schema.to_owned()),
             name: self.table.name.clone(),
         };
-        Ok(self.with_table(table))
+        Ok(Self::on_table(self.pool, self.link, table).with_sync(self.sync))
     }
 
-    fn with_table(self, table: Table) -> Self {
+    /// A store on `pool` (with `link`, its checks) and `table`, its statements built for
+    /// that table.
+    fn on_table(pool: PgPool, link: Arc<Link>, table: Table) -> Self {
         Self {
-            pool: self.pool,
+            pool,
+            link,
+            sync: None,
             sql: Arc::new(Statements::new(&table)),
             table: Arc::new(table),
         }

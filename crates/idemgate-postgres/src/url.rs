@@ -5,21 +5,27 @@ use std::str::FromStr;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::error::{PostgresStoreError, Result};
+use crate::hosts::{self, HostList};
 use crate::options::PostgresOptions;
 use crate::store::PostgresStore;
 
 /// The URL forms, for messages.
-const URL_FORM: &str = "expected postgres://[user[:password]@]host[:port]/database[?sslmode=...] \
-     (or postgresql://)";
+const URL_FORM: &str =
+    "expected postgres://[user[:password]@]host[:port][,host[:port]...]/database\
+     [?sslmode=...&target_session_attrs=read-write|primary|any] (or postgresql://)";
 
 impl PostgresStore {
     /// Checks a store URL without connecting: the scheme (`postgres://` or
-    /// `postgresql://`) and libpq's syntax (host, port, `sslmode`, ...).
+    /// `postgresql://`) and libpq's syntax (host, port, `sslmode`, ...), with libpq's host
+    /// lists (`postgres://app@h1:5432,h2:5433/pay`, hosts without ports too) and
+    /// `target_session_attrs` (`read-write` or `primary`, the default, or `any`). Every host
+    /// of a list shares the user, password, database and parameters.
     ///
     /// ```
     /// use idemgate_postgres::{PostgresStore, PostgresStoreError};
     ///
     /// PostgresStore::check_url("postgres://app@db:5432/pay?sslmode=require")?;
+    /// PostgresStore::check_url("postgres://app@db1,db2:5433/pay?target_session_attrs=primary")?;
     /// let err = PostgresStore::check_url("mysql://app:secret@db/pay").unwrap_err();
     /// assert!(matches!(err, PostgresStoreError::InvalidUrl { .. }));
     /// assert!(!err.to_string().contains("secret"));
@@ -44,14 +50,19 @@ impl PostgresStore {
     }
 }
 
-fn parse(url: &str) -> Result<PgConnectOptions> {
+/// Checks `url` and splits it by host (`hosts.rs`).
+pub(crate) fn parse(url: &str) -> Result<HostList> {
     let invalid = |reason: String| PostgresStoreError::InvalidUrl { reason };
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     if !matches!(scheme.as_deref(), Some("postgres" | "postgresql")) {
         return Err(invalid(URL_FORM.into()));
     }
-    // sqlx's messages name the part that is wrong, not the password.
-    PgConnectOptions::from_str(url).map_err(|e| invalid(format!("{e}; {URL_FORM}")))
+    let list = hosts::split(url).map_err(|e| invalid(format!("{e}; {URL_FORM}")))?;
+    for host in &list.urls {
+        // sqlx's messages name the part that is wrong, not the password.
+        PgConnectOptions::from_str(host).map_err(|e| invalid(format!("{e}; {URL_FORM}")))?;
+    }
+    Ok(list)
 }
 
 #[cfg(test)]
@@ -64,6 +75,9 @@ mod tests {
             "postgres://app@127.0.0.1:5432/pay",
             "postgresql://app:secret@db.internal/pay?sslmode=verify-full",
             "postgres://db/pay?options=-c%20statement_timeout%3D5s",
+            "postgres://app@h1:5432,h2:5433/pay?target_session_attrs=read-write",
+            "postgres://h1,h2/pay?target_session_attrs=primary",
+            "postgres://app:secret@db/pay?target_session_attrs=any",
         ] {
             PostgresStore::check_url(url).unwrap();
         }
@@ -76,6 +90,12 @@ mod tests {
             ("db:5432/pay", "expected postgres://"),
             ("postgres://app:secret@db:port/pay", "port"),
             ("postgres://app:secret@db/pay?sslmode=sometimes", "sslmode"),
+            ("postgres://app:secret@h1,,h2/pay", "empty host"),
+            ("postgres://app:secret@h1,h2:port/pay", "port"),
+            (
+                "postgres://app:secret@h1/pay?target_session_attrs=standby",
+                "target_session_attrs",
+            ),
         ] {
             let err = PostgresStore::check_url(url).unwrap_err();
             assert!(

@@ -11,7 +11,7 @@ use redis::{Cmd, Pipeline, Value};
 
 use crate::conn::Conn;
 use crate::error::{classify, unexpected, Result};
-use crate::record::{array, bytes, int, Fields};
+use crate::record::{array, bytes, int};
 use crate::scripts::SCRIPTS;
 use crate::store::RedisStore;
 
@@ -58,11 +58,18 @@ fn primaries(nodes: &str) -> Vec<(String, u16)> {
         .collect()
 }
 
+/// The route to a cluster node by its (host, port).
+fn by_address((host, port): &(String, u16)) -> SingleNodeRoutingInfo {
+    SingleNodeRoutingInfo::ByAddress {
+        host: host.clone(),
+        port: *port,
+    }
+}
+
 impl RedisStore {
     /// The nodes to scan.
     async fn nodes(&self) -> Result<Vec<Node>, StoreError> {
         match self.conn() {
-            Conn::Single(_) => Ok(vec![None]),
             Conn::Cluster(mut c) => {
                 let reply: String = redis::cmd("CLUSTER")
                     .arg("NODES")
@@ -71,17 +78,15 @@ impl RedisStore {
                     .map_err(classify)?;
                 Ok(primaries(&reply).into_iter().map(Some).collect())
             }
+            Conn::Single(_) | Conn::Sentinel(_) => Ok(vec![None]),
         }
     }
 
     async fn on_node(&self, node: &Node, cmd: &Cmd) -> Result<Value, StoreError> {
         match (self.conn(), node) {
-            (Conn::Cluster(mut c), Some((host, port))) => {
-                let route = SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port: *port,
-                };
-                c.route_command(cmd, RoutingInfo::SingleNode(route)).await
+            (Conn::Cluster(mut c), Some(addr)) => {
+                let route = RoutingInfo::SingleNode(by_address(addr));
+                c.route_command(cmd, route).await
             }
             (mut c, _) => cmd.query_async(&mut c).await,
         }
@@ -90,12 +95,9 @@ impl RedisStore {
 
     async fn pipe_on_node(&self, node: &Node, pipe: &Pipeline) -> Result<Vec<Value>, StoreError> {
         match (self.conn(), node) {
-            (Conn::Cluster(mut c), Some((host, port))) => {
-                let route = SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port: *port,
-                };
-                c.route_pipeline(pipe, 0, pipe.len(), route).await
+            (Conn::Cluster(mut c), Some(addr)) => {
+                c.route_pipeline(pipe, 0, pipe.len(), by_address(addr))
+                    .await
             }
             (mut c, _) => pipe.query_async(&mut c).await,
         }
@@ -148,16 +150,7 @@ impl RedisStore {
         rkey: &[u8],
         filter: &KeyFilter,
     ) -> Result<Option<(RawRecord, UnixMillis)>, StoreError> {
-        let inv = SCRIPTS.get.key(rkey);
-        let reply = inv
-            .invoke_async::<Value>(&mut self.conn())
-            .await
-            .map_err(classify)?;
-        let mut items = array(reply)?;
-        let (Some(fields), Some(now), true) = (items.pop(), items.pop(), items.is_empty()) else {
-            return Err(unexpected("get: a reply has 2 items").into());
-        };
-        let (now, fields) = (int(&now)?, Fields::from_value(fields)?);
+        let (now, fields) = self.read_fields(rkey).await?;
         let text = |name| fields.get(name).and_then(|v| std::str::from_utf8(v).ok());
         let (Some(principal), Some(route), Some(key)) = (text("p"), text("r"), text("k")) else {
             return Ok(None);

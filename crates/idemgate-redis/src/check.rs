@@ -126,7 +126,7 @@ impl NodeConfig {
 }
 
 /// The value of a `CONFIG GET <param>` reply: `[param, value]` (RESP2) or a map (RESP3).
-fn config_value(reply: Value) -> Option<String> {
+pub(crate) fn config_value(reply: Value) -> Option<String> {
     let value = match reply {
         Value::Array(mut items) if items.len() == 2 => items.pop()?,
         Value::Map(mut items) if items.len() == 1 => items.pop()?.1,
@@ -137,7 +137,7 @@ fn config_value(reply: Value) -> Option<String> {
 
 /// True for errors of the server refusing the command (disabled, renamed, no permission),
 /// as opposed to failing to reach it.
-fn refused(e: &RedisError) -> bool {
+pub(crate) fn refused(e: &RedisError) -> bool {
     matches!(
         e.kind(),
         ErrorKind::ResponseError | ErrorKind::ExtensionError
@@ -195,13 +195,13 @@ impl RedisStore {
         Ok(warnings)
     }
 
-    /// Runs `cmd` on the server, or on every cluster primary: (node, reply) pairs.
-    async fn config_get(
+    /// Runs `cmd` on the server (the primary, through Sentinel), or on every cluster
+    /// primary: (node, reply) pairs, the node `None` off a cluster.
+    pub(crate) async fn config_get(
         &self,
         cmd: &redis::Cmd,
     ) -> redis::RedisResult<Vec<(Option<String>, Value)>> {
         match self.conn() {
-            Conn::Single(mut c) => Ok(vec![(None, cmd.query_async(&mut c).await?)]),
             Conn::Cluster(mut c) => {
                 let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
                 match c.route_command(cmd, routing).await? {
@@ -215,6 +215,7 @@ impl RedisStore {
                     other => Ok(vec![(None, other)]),
                 }
             }
+            mut c => Ok(vec![(None, cmd.query_async(&mut c).await?)]),
         }
     }
 }

@@ -4,13 +4,17 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-/// The connection: one server through a reconnecting manager, or a cluster. Both carry
-/// the connection and response timeouts of [`crate::RedisOptions`], so a server that stops
-/// answering fails a call instead of hanging it.
+use crate::sentinel::SentinelConn;
+
+/// The connection: one server through a reconnecting manager, a cluster, or the primary
+/// the Sentinels name. All carry the connection and response timeouts of
+/// [`crate::RedisOptions`], so a server that stops answering fails a call instead of
+/// hanging it.
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
 }
 
 impl ConnectionLike for Conn {
@@ -18,6 +22,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -30,6 +35,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(c) => c.req_packed_commands(cmd, offset, count),
             Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Sentinel(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -37,6 +43,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
+            Self::Sentinel(c) => c.get_db(),
         }
     }
 }

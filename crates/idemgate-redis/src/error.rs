@@ -19,6 +19,32 @@ pub enum RedisStoreError {
         /// What is wrong, and which forms are accepted.
         reason: String,
     },
+    /// Options this store cannot honour with the URL given (waiting for replicas on Redis
+    /// Cluster).
+    #[error("invalid Redis options: {reason}")]
+    InvalidOptions {
+        /// What is wrong, and what to set instead.
+        reason: String,
+    },
+    /// A write ran on the primary but fewer replicas than
+    /// [`crate::RedisOptions::wait_replicas`] acknowledged it within
+    /// [`crate::RedisOptions::wait_timeout`] (`WAIT`). Its outcome is unknown to the caller:
+    /// it may be lost in a failover, so it is answered as [`StoreError::Unavailable`], never
+    /// as done.
+    #[error(
+        "{op}: the write was not acknowledged by {wanted} replicas within {timeout_ms} ms \
+         ({acknowledged} acknowledged)"
+    )]
+    NotAcknowledged {
+        /// The store operation (`insert_or_get`, `complete`, ...).
+        op: &'static str,
+        /// The replicas asked for.
+        wanted: u32,
+        /// The replicas that acknowledged in time.
+        acknowledged: i64,
+        /// How long the write waited, in ms.
+        timeout_ms: u64,
+    },
     /// A key prefix that would break the key layout.
     #[error("invalid key prefix {prefix:?}: {reason}")]
     InvalidPrefix {
@@ -67,7 +93,9 @@ fn classify_redis(e: &RedisError) -> Class {
         | ErrorKind::ClusterConnectionNotFound
         // loading its data set after a restart; a replica during failover
         | ErrorKind::BusyLoadingError
-        | ErrorKind::ReadOnly => Class::Unavailable,
+        | ErrorKind::ReadOnly
+        // no Sentinel names a primary (a failover is running)
+        | ErrorKind::MasterNameNotFoundBySentinel => Class::Unavailable,
         ErrorKind::ExtensionError => match e.code() {
             // out of memory under `noeviction`; a script is running too long
             Some("OOM" | "BUSY") => Class::Unavailable,
@@ -82,7 +110,8 @@ fn classify_redis(e: &RedisError) -> Class {
 impl From<RedisStoreError> for StoreError {
     /// Classifies: connection refused, reset or dropped, TLS failure, cluster down or
     /// resharding (`CLUSTERDOWN`, `MASTERDOWN`, `TRYAGAIN`, no connection to the slot's
-    /// node), a server loading its data set, a read-only replica, `OOM` and `BUSY` →
+    /// node), a server loading its data set, a read-only replica, `OOM` and `BUSY`, a write
+    /// too few replicas acknowledged ([`RedisStoreError::NotAcknowledged`]) →
     /// [`StoreError::Unavailable`]; an I/O timeout (connection or response) →
     /// [`StoreError::Timeout`]; an undecodable record or a record key of the wrong type
     /// (`WRONGTYPE`) → [`StoreError::Corrupt`]; anything else → [`StoreError::Backend`]. The
@@ -93,6 +122,7 @@ impl From<RedisStoreError> for StoreError {
     fn from(e: RedisStoreError) -> Self {
         let class = match &e {
             RedisStoreError::Redis(inner) => classify_redis(inner),
+            RedisStoreError::NotAcknowledged { .. } => Class::Unavailable,
             RedisStoreError::Corrupt { .. } => Class::Corrupt,
             _ => Class::Backend,
         };
@@ -162,6 +192,21 @@ mod tests {
         }
         let e = redis::make_extension_error("OOM".into(), Some("out of memory".into()));
         assert!(matches!(classify(e), StoreError::Unavailable(_)));
+    }
+
+    #[test]
+    fn unacknowledged_writes_are_unavailable_and_say_why() {
+        let e = RedisStoreError::NotAcknowledged {
+            op: "complete",
+            wanted: 1,
+            acknowledged: 0,
+            timeout_ms: 500,
+        };
+        let store = StoreError::from(e);
+        assert!(matches!(store, StoreError::Unavailable(_)));
+        assert!(store.outcome_unknown());
+        let text = store.source().unwrap().to_string();
+        assert!(text.contains("not acknowledged by 1 replicas"), "{text}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::num::NonZeroU32;
 
+use idemgate_core::durability::Durability;
 use idemgate_core::gauges::{GaugedStore, RecordFacts, StoreCount};
 use idemgate_core::{RecordState, StoreError};
 use redis::{FromRedisValue, ToRedisArgs, Value};
@@ -32,19 +33,6 @@ fn int(v: &Value) -> Option<i64> {
 }
 
 impl RedisStore {
-    /// [`SAMPLE_KEYS`] random keys of the database (of every prefix).
-    async fn sample(&self, conn: &mut Conn) -> Result<Vec<Option<String>>, StoreError> {
-        let mut keys = Vec::with_capacity(SAMPLE_KEYS);
-        for _ in 0..SAMPLE_KEYS {
-            let k: Option<String> = redis::cmd("RANDOMKEY")
-                .query_async(conn)
-                .await
-                .map_err(classify)?;
-            keys.push(k);
-        }
-        Ok(keys)
-    }
-
     /// The exact count: every key of the prefix, scanned on every primary.
     async fn scan_count(&self, now: i64) -> Result<StoreCount, StoreError> {
         let mut conn = self.conn();
@@ -113,23 +101,25 @@ impl GaugedStore for RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
+        if !self.is_cluster() && dbsize <= SCAN_ALL_BELOW {
+            return self.scan_count(now).await;
+        }
+        // SAMPLE_KEYS random keys of the database (of every prefix); this prefix's are read.
+        let mut mine = Vec::new();
+        for _ in 0..SAMPLE_KEYS {
+            let k: Option<String> = redis::cmd("RANDOMKEY")
+                .query_async(&mut conn)
+                .await
+                .map_err(classify)?;
+            mine.extend(k.filter(|k| k.starts_with(self.key_prefix())));
+        }
         let mut g = StoreCount {
             now,
             body_bytes: Some(0),
             ..StoreCount::default()
         };
-        if !self.is_cluster() && dbsize <= SCAN_ALL_BELOW {
-            return self.scan_count(now).await;
-        }
-        let sampled = self.sample(&mut conn).await?;
-        let mine: Vec<String> = sampled
-            .iter()
-            .flatten()
-            .filter(|k| k.starts_with(self.key_prefix()))
-            .cloned()
-            .collect();
         self.count_keys(&mut conn, &mine, &mut g).await?;
-        let scale = dbsize.max(0) as f64 / sampled.len().max(1) as f64;
+        let scale = dbsize.max(0) as f64 / SAMPLE_KEYS as f64;
         let s = |n: u64| (n as f64 * scale).round() as u64;
         (g.in_progress, g.completed, g.failed) = (s(g.in_progress), s(g.completed), s(g.failed));
         g.unknown_state = s(g.unknown_state);
@@ -148,5 +138,18 @@ impl GaugedStore for RedisStore {
     /// `None`: Redis deletes each record itself at its `expires_at`.
     async fn count_expired(&self, _limit: NonZeroU32) -> Result<Option<u64>, StoreError> {
         Ok(None)
+    }
+
+    /// Read from the server (the primary through Sentinel; every primary of a cluster, the
+    /// weakest answering for all): `appendonly`, `appendfsync` and `min-replicas-to-write`
+    /// (`CONFIG GET`; where it is refused, `INFO persistence` for `aof_enabled` and the
+    /// refusal as a fact), the replicas from `INFO replication` (`connected_slaves`, and
+    /// those acknowledging within 2 s), and the store's `WAIT` setting.
+    /// [`idemgate_core::durability::DurabilityLevel::Replicated`] when each write waits for
+    /// `wait_replicas` ≥ 1 and that many replicas acknowledge; else `Local` with `appendonly
+    /// yes` and `appendfsync always`; else `Volatile`. With too few replicas acknowledging
+    /// for the `WAIT` setting, `refusing_new_keys` says new keys get `503`.
+    async fn durability(&self) -> Result<Durability, StoreError> {
+        self.read_durability().await
     }
 }

@@ -1,5 +1,6 @@
-//! idemgate's Redis store: [`RedisStore`], fast, on one server or Redis Cluster, with
-//! weaker guarantees than the SQL stores (see [Guarantees](#guarantees)).
+//! idemgate's Redis store: [`RedisStore`], fast, on one server, a Sentinel-monitored primary
+//! or Redis Cluster, with weaker guarantees than the SQL stores (see
+//! [Guarantees](#guarantees)).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -46,9 +47,14 @@
 //!
 //! # Layout
 //! - [`RedisStore`] (`store.rs`): the connection (a reconnecting
-//!   [`redis::aio::ConnectionManager`], or a [`redis::cluster_async::ClusterConnection`])
-//!   and the store primitives; [`RedisOptions`] and store URLs (`options.rs`;
+//!   [`redis::aio::ConnectionManager`], a [`redis::cluster_async::ClusterConnection`], or
+//!   the primary the Sentinels name, `sentinel.rs`) and the store primitives;
+//!   [`RedisOptions`] and store URLs (`options.rs`; connecting,
 //!   [`RedisStore::from_url`] and [`RedisStore::check_url`] in `url.rs`).
+//! - `wait.rs`: writes that wait for replicas ([`RedisOptions::wait_replicas`], `WAIT`), each
+//!   on a connection of its own.
+//! - `durability.rs`: [`idemgate_core::gauges::GaugedStore::durability`], read from the
+//!   server.
 //! - `scripts/*.lua` (`scripts.rs`): one Lua script per primitive, each prefixed with
 //!   `scripts/common.lua`, run with `EVALSHA` (loaded again on `NOSCRIPT`).
 //! - `admin.rs`: [`idemgate_core::admin::AdminStore`] for `idemgate inspect`, `release` and
@@ -108,7 +114,10 @@
 //!   the machine loses up to about one second; only `appendfsync always` writes each
 //!   record to disk before answering;
 //! - **failover**: replication is asynchronous, so a replica promoted after the primary
-//!   died may miss the last records (`WAIT` would narrow the window, not close it);
+//!   died may miss the last records. [`RedisOptions::wait_replicas`] narrows the window
+//!   (each fresh insert and outcome write waits for that many replicas with `WAIT`, and a
+//!   write they did not acknowledge is answered `503`, never run), but does not close it:
+//!   `WAIT` does not make Redis strongly consistent;
 //! - **eviction**: under any `maxmemory-policy` but `noeviction`, a full server deletes
 //!   keys, and records (all with TTLs) are candidates even for `volatile-*` policies.
 //!
@@ -121,14 +130,17 @@
 mod admin;
 mod check;
 mod conn;
+mod durability;
 mod error;
 mod gauges;
 mod key;
 mod options;
 mod record;
 mod scripts;
+mod sentinel;
 mod store;
 mod url;
+mod wait;
 
 pub use check::ServerWarning;
 pub use error::{RedisStoreError, Result};

@@ -6,8 +6,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::io::tcp::TcpSettings;
+use redis::AsyncConnectionConfig;
 
 use crate::error::{RedisStoreError, Result};
+use crate::sentinel::SentinelTarget;
 
 /// Connection settings of a [`crate::RedisStore`]. Build with [`RedisOptions::default`] and
 /// the `with_*` methods.
@@ -30,6 +32,17 @@ pub struct RedisOptions {
     /// Cluster: how many times a command is retried after a redirection, `TRYAGAIN`,
     /// `CLUSTERDOWN` or a lost node connection (20 to 500 ms apart, growing). Defaults to 3.
     pub cluster_retries: u32,
+    /// Replicas that must acknowledge each fresh insert, take-over and outcome write (Redis
+    /// `WAIT`), or 0 to wait for none. Defaults to 0. A write fewer replicas acknowledged in
+    /// [`RedisOptions::wait_timeout`] fails with [`idemgate_core::StoreError::Unavailable`]
+    /// (its outcome unknown: an insert is never run, an outcome write is retried), and is
+    /// counted in `idempotency_store_unconfirmed_writes_total{backend="redis",op}`. Each
+    /// waited write runs on a connection of its own (see [`crate::RedisStore`]). One server
+    /// or `redis+sentinel://` only: on Redis Cluster a value above 0 is refused.
+    pub wait_replicas: u32,
+    /// How long a write waits for [`RedisOptions::wait_replicas`] acknowledgements before
+    /// it counts as unconfirmed. Defaults to 500 ms, below the store deadline.
+    pub wait_timeout: Duration,
 }
 
 impl Default for RedisOptions {
@@ -39,6 +52,8 @@ impl Default for RedisOptions {
             response_timeout: Duration::from_secs(2),
             reconnect_retries: 0,
             cluster_retries: 3,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(500),
         }
     }
 }
@@ -67,6 +82,13 @@ impl RedisOptions {
         self.cluster_retries = retries;
         self
     }
+
+    /// Sets [`RedisOptions::wait_replicas`] and [`RedisOptions::wait_timeout`].
+    pub fn with_wait(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = replicas;
+        self.wait_timeout = timeout;
+        self
+    }
 }
 
 /// What a store URL names.
@@ -76,11 +98,13 @@ pub(crate) enum Target {
     Single(String),
     /// Cluster seed nodes, one URL each.
     Cluster(Vec<String>),
+    /// The primary the Sentinels name (`redis+sentinel://`).
+    Sentinel(SentinelTarget),
 }
 
 const URL_FORMS: &str = "expected redis://[user:pass@]host[:port][/db], rediss://..., \
-     redis+unix:///path, or redis+cluster://[user:pass@]host:port,host:port,... \
-     (rediss+cluster:// for TLS)";
+     redis+unix:///path, redis+cluster://[user:pass@]host:port,host:port,... \
+     (rediss+cluster:// for TLS), or redis+sentinel://[user:pass@]host:port,host:port/MASTER";
 
 pub(crate) fn invalid(reason: impl Into<String>) -> RedisStoreError {
     RedisStoreError::InvalidUrl {
@@ -103,6 +127,7 @@ pub(crate) fn parse_url(url: &str) -> Result<Target> {
         }
         "redis+cluster" => "redis",
         "rediss+cluster" => "rediss",
+        "redis+sentinel" => return Ok(Target::Sentinel(SentinelTarget::parse(rest)?)),
         _ => return Err(invalid(format!("unknown scheme `{scheme}`; {URL_FORMS}"))),
     };
     let (userinfo, hosts) = match rest.rsplit_once('@') {
@@ -140,10 +165,29 @@ fn tcp_settings() -> TcpSettings {
     TcpSettings::default().set_nodelay(true)
 }
 
-/// Opens a reconnecting single-node connection.
-pub(crate) async fn connect_single(url: &str, opts: &RedisOptions) -> Result<ConnectionManager> {
+/// The settings of a plain connection: the options' connection timeout and TCP settings,
+/// and `response_timeout`.
+pub(crate) fn async_config(
+    opts: &RedisOptions,
+    response_timeout: Duration,
+) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(opts.connection_timeout)
+        .set_response_timeout(response_timeout)
+        .set_tcp_settings(tcp_settings())
+}
+
+/// The client of a single-node URL.
+pub(crate) fn single_client(url: &str) -> Result<redis::Client> {
     prepare_tls(url);
-    let client = redis::Client::open(url)?;
+    Ok(redis::Client::open(url)?)
+}
+
+/// Opens a reconnecting single-node connection.
+pub(crate) async fn connect_single(
+    client: &redis::Client,
+    opts: &RedisOptions,
+) -> Result<ConnectionManager> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(opts.connection_timeout)
         .set_response_timeout(opts.response_timeout)
@@ -152,7 +196,7 @@ pub(crate) async fn connect_single(url: &str, opts: &RedisOptions) -> Result<Con
         .set_factor(2)
         .set_max_delay(1000)
         .set_tcp_settings(tcp_settings());
-    Ok(ConnectionManager::new_with_config(client, config).await?)
+    Ok(ConnectionManager::new_with_config(client.clone(), config).await?)
 }
 
 /// Opens a cluster connection from seed node URLs.

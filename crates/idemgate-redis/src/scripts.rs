@@ -7,38 +7,27 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Builds a script from `scripts/common.lua` and `scripts/<name>.lua`.
-macro_rules! script {
-    ($name:literal) => {
-        Script::new(concat!(
-            include_str!("scripts/common.lua"),
-            "\n",
-            include_str!(concat!("scripts/", $name, ".lua"))
-        ))
+/// [`Scripts`], each field the script `scripts/<field>.lua` prefixed with
+/// `scripts/common.lua`, and [`SCRIPTS`].
+macro_rules! scripts {
+    ($($name:ident),*) => {
+        /// Every script, hashed once.
+        #[derive(Debug)]
+        pub(crate) struct Scripts {
+            $(pub(crate) $name: Script,)*
+        }
+
+        /// The scripts, built on first use.
+        pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+            $($name: Script::new(concat!(
+                include_str!("scripts/common.lua"),
+                "\n",
+                include_str!(concat!("scripts/", stringify!($name), ".lua"))
+            )),)*
+        });
     };
 }
 
-/// Every script, hashed once.
-#[derive(Debug)]
-pub(crate) struct Scripts {
-    pub(crate) insert_or_get: Script,
-    pub(crate) take_over: Script,
-    pub(crate) renew: Script,
-    pub(crate) complete: Script,
-    pub(crate) fail: Script,
-    pub(crate) release: Script,
-    pub(crate) get: Script,
-    pub(crate) admin_delete: Script,
+scripts! {
+    insert_or_get, take_over, renew, complete, fail, release, get, admin_delete
 }
-
-/// The scripts, built on first use.
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    insert_or_get: script!("insert_or_get"),
-    take_over: script!("take_over"),
-    renew: script!("renew"),
-    complete: script!("complete"),
-    fail: script!("fail"),
-    release: script!("release"),
-    get: script!("get"),
-    admin_delete: script!("admin_delete"),
-});

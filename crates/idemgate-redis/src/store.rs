@@ -1,4 +1,5 @@
-//! [`RedisStore`]: construction, configuration and the [`IdempotencyStore`] primitives.
+//! [`RedisStore`]: configuration and the [`IdempotencyStore`] primitives (connecting is in
+//! `url.rs`).
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -18,9 +19,9 @@ use redis::{ScriptInvocation, Value};
 use crate::conn::Conn;
 use crate::error::{classify, unexpected, Result};
 use crate::key::{record_key, validate_prefix, DEFAULT_KEY_PREFIX};
-use crate::options::{connect_cluster, connect_single, parse_url, RedisOptions, Target};
 use crate::record::{array, int, Fields};
 use crate::scripts::SCRIPTS;
+use crate::wait::Waiter;
 
 /// Longest lease or record TTL passed to the scripts: 100 years, in ms. Longer durations
 /// are clamped to it (Lua numbers are doubles: exact up to 2^53).
@@ -30,15 +31,7 @@ fn millis(d: Duration) -> i64 {
     duration_ms(d).min(MAX_DURATION_MS)
 }
 
-fn flag(b: bool) -> &'static str {
-    if b {
-        "1"
-    } else {
-        "0"
-    }
-}
-
-/// An [`IdempotencyStore`] on Redis (one server, or Redis Cluster).
+/// An [`IdempotencyStore`] on Redis (one server, the primary Sentinels name, or Redis Cluster).
 ///
 /// Each record is one Redis hash under `<prefix>{<hex SHA-256 of the scope>}` that expires
 /// by itself at the record's `expires_at` (`PEXPIREAT`). Every primitive is one Lua script
@@ -47,11 +40,18 @@ fn flag(b: bool) -> &'static str {
 ///
 /// Cloning is cheap: clones share the connection. A single-node connection is multiplexed
 /// (concurrent requests are pipelined on one socket) and reconnects by itself after a
-/// failure; see [`RedisOptions`]. Read the crate docs for what Redis can lose.
+/// failure; see [`crate::RedisOptions`]. Read the crate docs for what Redis can lose.
+///
+/// With [`crate::RedisOptions::wait_replicas`] above 0, each fresh insert, take-over and
+/// outcome write runs on a connection of its own followed by `WAIT` on it (a slow replica
+/// then stalls only the writes waiting for it, never the shared connection); a write too
+/// few replicas acknowledged is [`StoreError::Unavailable`], and the retry of an outcome write
+/// whose first attempt landed waits again instead of answering [`StoreError::LeaseLost`].
 #[derive(Clone)]
 pub struct RedisStore {
     conn: Conn,
     prefix: Arc<str>,
+    wait: Option<Arc<Waiter>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -59,6 +59,7 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("cluster", &self.is_cluster())
             .field("key_prefix", &self.prefix)
+            .field("wait_replicas", &self.wait_replicas())
             .finish()
     }
 }
@@ -66,57 +67,10 @@ impl fmt::Debug for RedisStore {
 // === impl RedisStore ===
 
 impl RedisStore {
-    /// Connects with [`RedisOptions::default`]; see [`RedisStore::connect_with`].
-    ///
-    /// # Errors
-    /// As [`RedisStore::connect_with`].
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, &RedisOptions::default()).await
-    }
-
-    /// Connects to the server or cluster `url` names and checks that it answers. Keys get
-    /// the prefix `idemgate:` unless changed with [`RedisStore::with_key_prefix`].
-    ///
-    /// URL forms:
-    /// - `redis://[user[:password]@]host[:port][/db]` (default port 6379, database 0);
-    /// - `rediss://...`: the same over TLS (rustls, with the system's root certificates);
-    /// - `redis+unix:///path/to/redis.sock[?db=N]`;
-    /// - `redis+cluster://[user[:password]@]host:port,host:port,...`: Redis Cluster, from
-    ///   any of its nodes (the others are discovered); `rediss+cluster://` over TLS.
-    ///
-    /// # Errors
-    /// [`crate::RedisStoreError::InvalidUrl`] for a URL of another form;
-    /// [`crate::RedisStoreError::Redis`] if the server cannot be reached or refuses the
-    /// login.
-    pub async fn connect_with(url: &str, options: &RedisOptions) -> Result<Self> {
-        match parse_url(url)? {
-            Target::Single(url) => Ok(Self::from_conn(Conn::Single(
-                connect_single(&url, options).await?,
-            ))),
-            Target::Cluster(nodes) => Self::connect_cluster(&nodes, options).await,
-        }
-    }
-
-    /// Connects to Redis Cluster from the URLs of some of its nodes (`redis://host:port` or
-    /// `rediss://host:port`, with credentials if needed); the others are discovered.
-    ///
-    /// # Errors
-    /// [`crate::RedisStoreError::InvalidUrl`] if `nodes` is empty;
-    /// [`crate::RedisStoreError::Redis`] if no node can be reached or the cluster cannot
-    /// report its slots.
-    pub async fn connect_cluster<S: AsRef<str>>(
-        nodes: &[S],
-        options: &RedisOptions,
-    ) -> Result<Self> {
-        let nodes: Vec<String> = nodes.iter().map(|n| n.as_ref().to_owned()).collect();
-        Ok(Self::from_conn(Conn::Cluster(
-            connect_cluster(&nodes, options).await?,
-        )))
-    }
-
     /// A store on an existing single-node connection manager. Its timeouts are the
-    /// caller's: configure a connection and a response timeout (as [`RedisOptions`] does,
-    /// 2 s each by default), or a server that stops answering hangs every call.
+    /// caller's: configure a connection and a response timeout (as [`crate::RedisOptions`]
+    /// does, 2 s each by default), or a server that stops answering hangs every call. Writes
+    /// wait for no replica.
     pub fn from_connection_manager(conn: ConnectionManager) -> Self {
         Self::from_conn(Conn::Single(conn))
     }
@@ -127,11 +81,18 @@ impl RedisStore {
         Self::from_conn(Conn::Cluster(conn))
     }
 
-    fn from_conn(conn: Conn) -> Self {
+    pub(crate) fn from_conn(conn: Conn) -> Self {
         Self {
             conn,
             prefix: Arc::from(DEFAULT_KEY_PREFIX),
+            wait: None,
         }
+    }
+
+    /// Makes each write wait for replicas through `waiter`.
+    pub(crate) fn with_waiter(mut self, waiter: Waiter) -> Self {
+        self.wait = Some(Arc::new(waiter));
+        self
     }
 
     /// Puts every record key under `prefix` (default `idemgate:`), so several gateways or
@@ -156,6 +117,17 @@ impl RedisStore {
         matches!(self.conn, Conn::Cluster(_))
     }
 
+    /// The replicas each write waits for ([`crate::RedisOptions::wait_replicas`]); 0 when
+    /// writes wait for none.
+    pub fn wait_replicas(&self) -> u32 {
+        self.wait.as_ref().map_or(0, |w| w.replicas())
+    }
+
+    /// How long each write waits for its replicas; `None` when writes wait for none.
+    pub fn wait_timeout(&self) -> Option<Duration> {
+        self.wait.as_ref().map(|w| w.timeout())
+    }
+
     /// The Redis key holding the record of `key`: `<prefix>{<64 hex digits>}`, the digits
     /// being SHA-256 over the length-prefixed principal, route and key. For operators
     /// (`redis-cli HGETALL`, `DEL`) and tests.
@@ -174,23 +146,72 @@ impl RedisStore {
             .map_err(classify)
     }
 
-    /// Runs a compare-and-set script (`held()` in `common.lua`) and maps its 0 to
-    /// [`StoreError::LeaseLost`].
-    async fn run_held(&self, invocation: &ScriptInvocation<'_>) -> Result<i64, StoreError> {
-        match int(&self.run(invocation).await?)? {
-            0 => Err(StoreError::LeaseLost),
-            n => Ok(n),
+    /// Runs a write: on the shared connection, or, when writes wait for replicas, on a
+    /// dedicated one followed by `WAIT` if `wrote` says the reply is a write.
+    async fn write(
+        &self,
+        op: &'static str,
+        invocation: &ScriptInvocation<'_>,
+        wrote: fn(&Value) -> bool,
+    ) -> Result<Value, StoreError> {
+        match &self.wait {
+            Some(waiter) => waiter.run(op, invocation, wrote).await,
+            None => self.run(invocation).await,
         }
     }
 
+    /// `"1"` when writes wait for replicas: the outcome scripts then answer 2 for a write
+    /// an earlier attempt of the same lease already landed (see `rewritten` in
+    /// `common.lua`), so its retry waits again instead of answering
+    /// [`StoreError::LeaseLost`].
+    fn confirm(&self) -> &'static str {
+        if self.wait.is_some() {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
+    /// Runs an outcome script (`held()` in `common.lua`): 1 written, 2 written by an
+    /// earlier attempt of this lease (confirmed again), 0 → [`StoreError::LeaseLost`].
+    /// Waits for replicas after 1 and, for `complete` and `fail`, after 2.
+    async fn run_outcome(
+        &self,
+        op: &'static str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<(), StoreError> {
+        let wrote: fn(&Value) -> bool = match op {
+            "release" => |v| matches!(v, Value::Int(1)),
+            _ => |v| matches!(v, Value::Int(1 | 2)),
+        };
+        match int(&self.write(op, invocation, wrote).await?)? {
+            0 => Err(StoreError::LeaseLost),
+            _ => Ok(()),
+        }
+    }
+
+    /// `script` on the record of `lease`, its fence and token the first arguments.
     fn lease_invocation(
+        &self,
         script: &'static redis::Script,
-        key: String,
         lease: &Lease,
     ) -> ScriptInvocation<'static> {
-        let mut inv = script.key(key);
+        let mut inv = script.key(self.record_key(&lease.key));
         inv.arg(lease.fence).arg(lease.token.0);
         inv
+    }
+
+    /// The `get.lua` reply for the Redis key `rkey`: the server clock and the record's
+    /// fields as stored (none when the key is gone).
+    pub(crate) async fn read_fields(
+        &self,
+        rkey: &[u8],
+    ) -> Result<(UnixMillis, Fields), StoreError> {
+        let mut items = array(self.run(&SCRIPTS.get.key(rkey)).await?)?;
+        match (items.pop(), items.pop(), items.is_empty()) {
+            (Some(fields), Some(now), true) => Ok((int(&now)?, Fields::from_value(fields)?)),
+            _ => Err(unexpected("get: a reply has 2 items").into()),
+        }
     }
 
     /// The outcome of an `insert_or_get.lua` reply: `{1, now, fence, lease_expires_at}`
@@ -245,7 +266,10 @@ impl IdempotencyStore for RedisStore {
             .arg(req.token.0)
             .arg(millis(req.lease_ttl))
             .arg(millis(req.record_ttl));
-        Self::insert_outcome(req, self.run(&inv).await?)
+        // `{1, ...}`: inserted (waited for); `{0, ...}`: a live record, nothing written
+        let inserted: fn(&Value) -> bool =
+            |v| matches!(v, Value::Array(items) if items.first() == Some(&Value::Int(1)));
+        Self::insert_outcome(req, self.write("insert_or_get", &inv, inserted).await?)
     }
 
     async fn take_over(
@@ -263,46 +287,49 @@ impl IdempotencyStore for RedisStore {
             .arg(decimal(seen.lease_expires_at))
             .arg(token.0)
             .arg(millis(lease_ttl));
-        Ok(Self::taken_over(&seen.key, token, self.run(&inv).await?)?)
+        let took: fn(&Value) -> bool = |v| matches!(v, Value::Array(_));
+        let reply = self.write("take_over", &inv, took).await?;
+        Ok(Self::taken_over(&seen.key, token, reply)?)
     }
 
     async fn renew(&self, lease: &Lease, lease_ttl: Duration) -> Result<UnixMillis, StoreError> {
-        let key = self.record_key(&lease.key);
-        let mut inv = Self::lease_invocation(&SCRIPTS.renew, key, lease);
+        let mut inv = self.lease_invocation(&SCRIPTS.renew, lease);
         inv.arg(millis(lease_ttl));
-        self.run_held(&inv).await
+        match int(&self.run(&inv).await?)? {
+            0 => Err(StoreError::LeaseLost),
+            lease_end => Ok(lease_end),
+        }
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
-        let key = self.record_key(&lease.key);
-        let mut inv = Self::lease_invocation(&SCRIPTS.complete, key, lease);
+        let mut inv = self.lease_invocation(&SCRIPTS.complete, lease);
         inv.arg(response.status)
             .arg(response.encode_headers())
             .arg(response.body.as_ref())
-            .arg(flag(response.replayable))
-            .arg(&response_checksum(&lease.key, response)[..]);
-        self.run_held(&inv).await.map(drop)
+            .arg(if response.replayable { "1" } else { "0" })
+            .arg(&response_checksum(&lease.key, response)[..])
+            .arg(self.confirm());
+        self.run_outcome("complete", &inv).await
     }
 
     async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        let key = self.record_key(&lease.key);
-        let inv = Self::lease_invocation(&SCRIPTS.fail, key, lease);
-        self.run_held(&inv).await.map(drop)
+        let mut inv = self.lease_invocation(&SCRIPTS.fail, lease);
+        inv.arg(self.confirm());
+        self.run_outcome("fail", &inv).await
     }
 
+    /// With [`crate::RedisOptions::wait_replicas`] above 0, a release that finds no record
+    /// succeeds without waiting (an earlier attempt deleted it, or it is gone anyway): a
+    /// failover that brings a released record back leaves it `in_progress` under a lease
+    /// nobody renews, which lapses and is taken over; no operation ran under it.
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        let key = self.record_key(&lease.key);
-        let inv = Self::lease_invocation(&SCRIPTS.release, key, lease);
-        self.run_held(&inv).await.map(drop)
+        let mut inv = self.lease_invocation(&SCRIPTS.release, lease);
+        inv.arg(self.confirm());
+        self.run_outcome("release", &inv).await
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let inv = SCRIPTS.get.key(self.record_key(key));
-        let mut items = array(self.run(&inv).await?)?;
-        let (now, fields) = match (items.pop(), items.pop(), items.is_empty()) {
-            (Some(fields), Some(now), true) => (int(&now)?, Fields::from_value(fields)?),
-            _ => return Err(unexpected("get: a reply has 2 items").into()),
-        };
+        let (now, fields) = self.read_fields(self.record_key(key).as_bytes()).await?;
         // Redis drops the key at `expires_at`; the comparison covers the instant between.
         if fields.is_empty() || fields.expires_at().is_some_and(|ex| now >= ex) {
             return Ok(None);

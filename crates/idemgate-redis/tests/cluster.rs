@@ -9,6 +9,8 @@ use std::collections::HashSet;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use idemgate_core::durability::DurabilityLevel;
+use idemgate_core::gauges::GaugedStore;
 use idemgate_core::testing::{existing, fp, inserted, request, response, unique_key};
 use idemgate_core::{IdempotencyStore, LeaseToken, RecordState};
 use idemgate_redis::{RedisStore, ServerWarning};
@@ -217,4 +219,23 @@ async fn a_cluster_url_connects_and_the_check_covers_every_primary() {
         })
         .collect();
     assert!(nodes_warned.len() >= 3, "{warnings:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durability_reads_every_primary() {
+    let Some(store) = make().await else {
+        return;
+    };
+    // the RedisStore's own report (the test wrapper's `GaugedStore` keeps the default)
+    let d = GaugedStore::durability(&*store).await.unwrap();
+    println!("{d:#?}");
+    // start-cluster.sh runs its nodes with --appendonly no
+    assert_eq!(d.level, DurabilityLevel::Volatile);
+    let primaries: HashSet<&str> = d
+        .facts
+        .iter()
+        .filter_map(|(name, value)| name.strip_suffix(" appendonly").filter(|_| value == "no"))
+        .collect();
+    assert!(primaries.len() >= 3, "{:?}", d.facts);
+    assert!(d.facts.contains(&("wait_replicas".into(), "0".into())));
 }

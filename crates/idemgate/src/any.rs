@@ -20,9 +20,9 @@ use std::time::Duration;
 use idemgate_core::admin::{AdminStore, KeyFilter, Listing};
 use idemgate_core::store::Result;
 use idemgate_core::{
-    Durability, DurabilityLevel, GaugedStore, IdempotencyRecord, IdempotencyStore, InsertOutcome,
-    InsertRequest, Lease, LeaseToken, MemoryStore, Peeked, RawRecord, ScopedKey, StoreCount,
-    StoredResponse, UnixMillis,
+    Durability, GaugedStore, IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest,
+    Lease, LeaseToken, MemoryStore, Peeked, RawRecord, ScopedKey, StoreCount, StoredResponse,
+    UnixMillis,
 };
 
 /// One of the stores this build includes, chosen at run time ([`AnyStore::from_url`]).
@@ -39,7 +39,8 @@ pub enum AnyStore {
     /// `postgres://` or `postgresql://`.
     #[cfg(feature = "postgres")]
     Postgres(idemgate_postgres::PostgresStore),
-    /// `redis://`, `rediss://`, `redis+unix://`, `redis+cluster://`, `rediss+cluster://`.
+    /// `redis://`, `rediss://`, `redis+unix://`, `redis+cluster://`, `rediss+cluster://`,
+    /// `redis+sentinel://`.
     #[cfg(feature = "redis")]
     Redis(idemgate_redis::RedisStore),
     /// `idemgate://host:port` or `idemgates://host:port`: a key service.
@@ -95,7 +96,7 @@ fn known() -> String {
         (cfg!(feature = "postgres"), "postgres://"),
         (
             cfg!(feature = "redis"),
-            "redis://, rediss://, redis+unix://, redis+cluster://",
+            "redis://, rediss://, redis+unix://, redis+cluster://, redis+sentinel://",
         ),
         (cfg!(feature = "client"), "idemgate://, idemgates://"),
     ]
@@ -119,8 +120,8 @@ pub enum AnyUrl {
     /// `postgres://...` or `postgresql://...`, as given.
     #[cfg(feature = "postgres")]
     Postgres(String),
-    /// `redis://`, `rediss://`, `redis+unix://`, `redis+cluster://` or
-    /// `rediss+cluster://` URL, as given.
+    /// `redis://`, `rediss://`, `redis+unix://`, `redis+cluster://`, `rediss+cluster://` or
+    /// `redis+sentinel://` URL, as given.
     #[cfg(feature = "redis")]
     Redis(String),
     /// `idemgate://host:port` or `idemgates://host:port`, as given.
@@ -149,7 +150,8 @@ impl AnyUrl {
                 Self::Postgres(url.to_owned())
             }
             #[cfg(feature = "redis")]
-            "redis" | "rediss" | "redis+unix" | "redis+cluster" | "rediss+cluster" => {
+            "redis" | "rediss" | "redis+unix" | "redis+cluster" | "rediss+cluster"
+            | "redis+sentinel" => {
                 idemgate_redis::RedisStore::check_url(url)?;
                 Self::Redis(url.to_owned())
             }
@@ -317,7 +319,7 @@ forward! {
         fn count_exact() -> StoreCount, key_service => Err(key_service());
         fn count_expired(limit: NonZeroU32) -> Option<u64>, key_service => Ok(None);
         fn durability() -> Durability, key_service => Ok(Durability::new(
-            DurabilityLevel::Unknown,
+            idemgate_core::DurabilityLevel::Unknown,
             "records live in the key service: its own start-up log and /metrics say what its store can lose",
         ));
     }

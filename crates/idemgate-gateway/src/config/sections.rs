@@ -196,6 +196,8 @@ impl Config {
                 "log_hash_key: must be at least {min} bytes, or empty"
             ));
         }
+        let store_timeout = engine.lifecycle.store_timeout;
+        self.replication_section(store.as_ref(), store_timeout, errs);
         let mut policy = self.routes_section(errs);
         policy.lifecycle = engine.lifecycle;
         Some(Base {

@@ -1,5 +1,6 @@
-//! The store and engine sections of a [`Config`]: the store URL, opening options and the
-//! `idemgate://` token; the lifecycle's deadlines and bounds, the purge and the gauges.
+//! The store and engine sections of a [`Config`]: the store URL, opening options, the
+//! `idemgate://` token and what writes wait for on replicas; the lifecycle's deadlines and
+//! bounds, the purge and the gauges.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use idemgate_core::LifecycleConfig;
 
 use super::parse::duration;
 use super::Config;
-use crate::store::{OpenOptions, StoreUrl};
+use crate::store::{OpenOptions, Replication, StoreUrl};
 
 /// The engine section's values; an invalid one is `None` (and reported).
 pub(super) struct Engine {
@@ -71,6 +72,75 @@ impl Config {
                 .then(|| self.store_ca_file.trim().into()),
             store_timeout: humantime::parse_duration(&self.store_timeout)
                 .unwrap_or(LifecycleConfig::default().store_timeout),
+            replication: self.replication(),
+        }
+    }
+
+    /// `require_synchronous_replication`, `redis_wait_replicas` and `redis_wait_timeout` (an
+    /// invalid timeout keeps the default: [`Config::replication_section`] reports it).
+    fn replication(&self) -> Replication {
+        let d = Replication::default();
+        Replication {
+            require_synchronous: self.require_synchronous_replication,
+            redis_wait_replicas: self.redis_wait_replicas,
+            redis_wait_timeout: humantime::parse_duration(&self.redis_wait_timeout)
+                .unwrap_or(d.redis_wait_timeout),
+        }
+    }
+
+    /// The replication keys, each refused on a store it does not apply to (naming the key):
+    /// `require_synchronous_replication` on any store but PostgreSQL, `redis_wait_replicas`
+    /// and `redis_wait_timeout` (when not their defaults) on any but Redis, and on a Redis
+    /// Cluster. With replicas to wait for, `redis_wait_timeout` must be at least 1 ms (`WAIT`
+    /// takes 0 as "forever") and below `store_timeout`. `store` is `None` when invalid
+    /// (reported already).
+    pub(super) fn replication_section(
+        &self,
+        store: Option<&StoreUrl>,
+        store_timeout: Duration,
+        errs: &mut Vec<String>,
+    ) {
+        let Some(store) = store else { return };
+        // The scheme only: the URL may hold a password.
+        let scheme = self.store.trim().split(':').next().unwrap_or("");
+        let scheme = scheme.to_ascii_lowercase();
+        let is_redis = matches!(store, StoreUrl::Redis(_));
+        if self.require_synchronous_replication && !matches!(store, StoreUrl::Postgres(_)) {
+            errs.push(format!(
+                "require_synchronous_replication: PostgreSQL only (it waits for synchronous standbys); the store is {scheme}:"
+            ));
+        }
+        let timeout = duration("redis_wait_timeout", &self.redis_wait_timeout, errs);
+        let default_timeout = Replication::default().redis_wait_timeout;
+        let set = [
+            ("redis_wait_replicas", self.redis_wait_replicas != 0),
+            (
+                "redis_wait_timeout",
+                timeout.is_some_and(|t| t != default_timeout),
+            ),
+        ];
+        for (key, _) in set.iter().filter(|(_, set)| *set) {
+            if !is_redis {
+                errs.push(format!(
+                    "{key}: Redis only (it waits for Redis replicas); the store is {scheme}:"
+                ));
+            } else if scheme.ends_with("+cluster") {
+                errs.push(format!(
+                    "{key}: not on a Redis Cluster ({scheme}:): use one primary with replicas (redis:// or redis+sentinel://)"
+                ));
+            }
+        }
+        match timeout {
+            Some(t) if is_redis && self.redis_wait_replicas > 0 && t < Duration::from_millis(1) => errs.push(
+                "redis_wait_timeout: must be at least 1ms (Redis WAIT takes 0 as forever)".into(),
+            ),
+            Some(t) if is_redis && self.redis_wait_replicas > 0 && t >= store_timeout => {
+                errs.push(format!(
+                    "redis_wait_timeout: must be below store_timeout ({}), or every waiting write would time out first",
+                    humantime::format_duration(store_timeout)
+                ))
+            }
+            _ => {}
         }
     }
 

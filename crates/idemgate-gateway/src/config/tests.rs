@@ -9,6 +9,7 @@ use idemgate_tower::PrincipalSource;
 
 mod compat;
 mod principals;
+mod replication;
 
 fn parse(text: &str) -> Config {
     toml::from_str(text).unwrap()

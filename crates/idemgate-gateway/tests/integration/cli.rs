@@ -151,3 +151,113 @@ fn key_service_starts_from_a_file_without_upstream() {
     let out = child.wait_with_output().unwrap();
     assert!(up, "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A file naming `store`, without upstream.
+fn store_file(dir: &std::path::Path, store: &str) -> std::path::PathBuf {
+    let file = dir.join("store.toml");
+    std::fs::write(&file, format!("store = \"{store}\"\n")).unwrap();
+    file
+}
+
+#[test]
+fn config_check_connect_reads_a_sqlite_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let file = store_file(dir.path(), &format!("sqlite://{}", db.display()));
+    let file = file.to_str().unwrap();
+    // The file does not exist yet: nothing is created, and the check fails.
+    let (code, text) = idemgate(&["config", "check", "--connect", file]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("does not exist") && !db.exists(), "{text}");
+    let (code, text) = idemgate(&["migrate", "--config", file]);
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = idemgate(&["config", "check", "--connect", file]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains(&format!("{file}: ok\n")), "{text}");
+    assert!(text.contains("store: sqlite answers\n"), "{text}");
+    assert!(
+        text.contains("durability: the sqlite store is local: "),
+        "{text}"
+    );
+    assert!(text.contains("  synchronous = \"normal\"\n"), "{text}");
+}
+
+#[test]
+fn config_check_connect_fails_on_a_store_that_does_not_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = store_file(dir.path(), "postgres://app:secret@127.0.0.1:1/pay");
+    let (code, text) = idemgate(&["config", "check", "--connect", file.to_str().unwrap()]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("ok\n") && text.contains("error: "), "{text}");
+    assert!(
+        !text.contains("secret") && !text.contains("durability:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn config_check_connect_reads_postgres_and_redis() {
+    for (var, durability) in [
+        (
+            "IDEMGATE_TEST_DATABASE_URL",
+            "durability: the postgres store is local: ",
+        ),
+        (
+            "IDEMGATE_TEST_REDIS_URL",
+            "durability: the redis store is volatile: ",
+        ),
+    ] {
+        let Some(url) = crate::support::test_url(var) else {
+            continue;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = store_file(dir.path(), &url);
+        let (code, text) = idemgate(&["config", "check", "--connect", file.to_str().unwrap()]);
+        assert_eq!(code, 0, "{text}");
+        assert!(text.contains(durability), "{var}: {text}");
+        assert!(text.lines().any(|l| l.starts_with("  ")), "facts: {text}");
+    }
+}
+
+#[test]
+fn serve_logs_what_the_store_can_lose_in_one_line() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("s.db").display());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_idemgate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", ""])
+        .args(["--upstream", "http://127.0.0.1:1", "--store", &store])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut found = Vec::new();
+    // Up to 20 s for the line, then 2 s more for a second one that must not come.
+    let mut wait = std::time::Duration::from_secs(20);
+    while let Ok(line) = rx.recv_timeout(wait) {
+        if line.contains("store durability") {
+            found.push(line);
+            wait = std::time::Duration::from_secs(2);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("WARN"), "{}", found[0]);
+    assert!(
+        found[0].contains("the sqlite store is local: commits survive a crash of the process"),
+        "{}",
+        found[0]
+    );
+}

@@ -51,6 +51,7 @@ mod redis;
 mod release_guard;
 mod reload;
 mod replay;
+mod replication;
 mod resolve;
 mod retry_client;
 mod scope;

@@ -5,7 +5,9 @@
 -- st (in_progress | completed | failed), fe (fence), lt le (lease token, lease expiry),
 -- ca co ex (created, completed, expires), rs rh rb rr cs (status, encoded headers, body,
 -- replayable "1"/"0", 32-byte response checksum; records written before checksums have no
--- cs). The key expires by itself at `ex` (PEXPIREAT).
+-- cs), ot (on completed and failed records: the lease token that wrote the outcome, so a
+-- retry of that same write is told from a stale lease; records written before it have
+-- none). The key expires by itself at `ex` (PEXPIREAT).
 
 -- Redis 3.2 to 4: replicate the writes, not the script (TIME makes it non-deterministic).
 -- A no-op from Redis 5 on, where effects replication is the default (the only mode in 7).
@@ -56,4 +58,22 @@ local function cover_lease(key, ex, lease_end)
     redis.call('HSET', key, 'ex', int(lease_end))
     redis.call('PEXPIREAT', key, int(lease_end))
   end
+end
+
+-- After a refused compare-and-set of an outcome write (complete, fail): 2 when `confirm` is
+-- '1' (the caller waits for replicas after the write) and the live record already holds
+-- outcome `state` written by (fence, token), i.e. an earlier attempt of this same write
+-- landed; its `ot` is then written again (the same value: a write replicated after that
+-- attempt, so the caller's WAIT covers the attempt too). 0 otherwise: the lease is stale.
+local function rewritten(key, confirm, state, fence, token)
+  if confirm ~= '1' then
+    return 0
+  end
+  local f = redis.call('HMGET', key, 'st', 'fe', 'ot', 'ex')
+  local ex = tonumber(f[4])
+  if f[1] ~= state or f[2] ~= fence or f[3] ~= token or ex == nil or now_ms() >= ex then
+    return 0
+  end
+  redis.call('HSET', key, 'ot', token)
+  return 2
 end

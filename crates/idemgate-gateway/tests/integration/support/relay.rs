@@ -1,9 +1,10 @@
 //! A TCP relay in front of a store server that a test controls: let traffic through, cut
-//! every connection and refuse new ones (a stopped server), or swallow everything (a network
-//! black hole: connections are accepted and never answered).
+//! every connection and refuse new ones (a stopped server), swallow everything (a network
+//! black hole: connections are accepted and never answered), or move to another server (a
+//! virtual IP taken over by a promoted standby).
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -18,6 +19,7 @@ pub(crate) struct Relay {
     pub(crate) port: u16,
     mode: Arc<AtomicU8>,
     generation: Arc<watch::Sender<u64>>,
+    target: Arc<Mutex<String>>,
 }
 
 impl Relay {
@@ -27,7 +29,8 @@ impl Relay {
         let port = listener.local_addr().unwrap().port();
         let mode = Arc::new(AtomicU8::new(PASS));
         let (gen_tx, gen_rx) = watch::channel(0u64);
-        let target = target.to_owned();
+        let target = Arc::new(Mutex::new(target.to_owned()));
+        let relay_target = target.clone();
         let relay_mode = mode.clone();
         tokio::spawn(async move {
             loop {
@@ -41,7 +44,7 @@ impl Relay {
                     BLACK_HOLE => drop(tokio::spawn(swallow(inbound, gen))),
                     _ => drop(tokio::spawn(pipe(
                         inbound,
-                        target.clone(),
+                        relay_target.lock().unwrap().clone(),
                         gen,
                         relay_mode.clone(),
                     ))),
@@ -52,6 +55,7 @@ impl Relay {
             port,
             mode,
             generation: Arc::new(gen_tx),
+            target,
         }
     }
 
@@ -75,6 +79,13 @@ impl Relay {
 
     /// Lets traffic through again (new connections).
     pub(crate) fn start_again(&self) {
+        self.set(PASS);
+    }
+
+    /// Cuts every connection and relays new ones to `target` (`host:port`), as a virtual IP
+    /// moved to another server would.
+    pub(crate) fn retarget(&self, target: &str) {
+        *self.target.lock().unwrap() = target.to_owned();
         self.set(PASS);
     }
 
