@@ -73,11 +73,19 @@ pub fn describe(backend: &str, read: &Durability) -> String {
     line
 }
 
-/// Logs `read` in one line: `INFO` when replicated and taking new keys, `WARN` otherwise.
+/// Logs `read` in one line: `INFO` when taking new keys at the most the store offers
+/// (replicated, or a SQLite file: one host by design), `WARN` otherwise, so that the
+/// default store does not warn at every start-up while a PostgreSQL or Redis store without
+/// replication does.
 pub fn log(backend: &'static str, read: &Durability) {
     let line = describe(backend, read);
     let level = read.level.as_str();
-    if read.level == DurabilityLevel::Replicated && read.refusing_new_keys.is_none() {
+    let expected = match read.level {
+        DurabilityLevel::Replicated => true,
+        DurabilityLevel::Local => backend == "sqlite",
+        _ => false,
+    };
+    if expected && read.refusing_new_keys.is_none() {
         tracing::info!(backend, level, "store durability: {line}");
     } else {
         tracing::warn!(backend, level, "store durability: {line}");

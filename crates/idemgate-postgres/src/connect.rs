@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use self::server::{Seen, ServerFacts};
 use crate::error::{PostgresStoreError, Result};
-use crate::hosts::{self, SessionAttrs};
+use crate::hosts::SessionAttrs;
 use crate::options::PostgresOptions;
 use crate::store::PostgresStore;
 
@@ -86,7 +86,8 @@ impl Drop for Link {
 /// [`PostgresStoreError::OtherDatabase`], [`PostgresStoreError::NoServer`] (a list), or why
 /// the pool refused its first connection.
 pub(crate) async fn connect(url: &str, options: &PostgresOptions) -> Result<(PgPool, Link)> {
-    let list = hosts::split(url).map_err(|reason| PostgresStoreError::InvalidUrl { reason })?;
+    // Checked as `check_url` checks it, before the driver parses (and would log) anything.
+    let list = crate::url::parse(url)?;
     let hosts = list
         .urls
         .iter()

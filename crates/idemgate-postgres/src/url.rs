@@ -58,11 +58,57 @@ pub(crate) fn parse(url: &str) -> Result<HostList> {
         return Err(invalid(URL_FORM.into()));
     }
     let list = hosts::split(url).map_err(|e| invalid(format!("{e}; {URL_FORM}")))?;
+    check_parameters(url).map_err(invalid)?;
     for host in &list.urls {
         // sqlx's messages name the part that is wrong, not the password.
         PgConnectOptions::from_str(host).map_err(|e| invalid(format!("{e}; {URL_FORM}")))?;
     }
     Ok(list)
+}
+
+/// The query parameters the driver reads (sqlx 0.8's `PgConnectOptions::from_str`) and
+/// `target_session_attrs`. Any other is refused here, naming it: the driver would ignore it
+/// and log its value, which may be a secret (`sslpassword`), and a setting it silently
+/// drops (`?synchronous_commit=off`) must not look applied.
+const PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+    "target_session_attrs",
+];
+
+/// `Err` naming the first query parameter of `url` not in [`PARAMETERS`] (never its value).
+fn check_parameters(url: &str) -> Result<(), String> {
+    let query = url.split('#').next().unwrap_or("");
+    let Some((_, query)) = query.split_once('?') else {
+        return Ok(());
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+        if !PARAMETERS.contains(&name) {
+            return Err(format!(
+                "unknown parameter {name:?}: the driver would ignore it (server settings go in \
+                 options=-c%20name%3Dvalue); known: {}",
+                PARAMETERS.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -95,6 +141,14 @@ mod tests {
             (
                 "postgres://app:secret@h1/pay?target_session_attrs=standby",
                 "target_session_attrs",
+            ),
+            (
+                "postgres://app@h1/pay?sslmode=require&sslpassword=secret",
+                "unknown parameter \"sslpassword\"",
+            ),
+            (
+                "postgres://app@h1,h2/pay?synchronous_commit=secret",
+                "unknown parameter \"synchronous_commit\"",
             ),
         ] {
             let err = PostgresStore::check_url(url).unwrap_err();
