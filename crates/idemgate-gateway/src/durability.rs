@@ -40,33 +40,14 @@ impl DurabilityState {
     }
 }
 
-/// What a level means for the keys, where the store's own sentence does not say it: on
-/// PostgreSQL without synchronous replication, a failover loses what the standby lacked.
-fn consequence(backend: &str, read: &Durability) -> Option<&'static str> {
-    if backend != "postgres" || read.level != DurabilityLevel::Local {
-        return None;
-    }
-    let said = |words: &str| read.summary.contains(words);
-    if said("failover") {
-        None
-    } else if said("run again") {
-        Some("so would a failover to a standby that had not received them")
-    } else {
-        Some("a failover to a standby can lose the records it had not received, and their keys would run again")
-    }
-}
-
-/// The report in one line of words: the store's summary, what it means for the keys, and
-/// why new keys are refused, if they are. The log line and `config check --connect` use it.
+/// The report in one line of words: the store's summary (which says what a failure costs the
+/// keys) and why new keys are refused, if they are. The log line and `config check --connect` use it.
 pub fn describe(backend: &str, read: &Durability) -> String {
     let mut line = format!(
         "the {backend} store is {}: {}",
         read.level.as_str(),
         read.summary
     );
-    if let Some(c) = consequence(backend, read) {
-        line = format!("{line}; {c}");
-    }
     if let Some(why) = &read.refusing_new_keys {
         line = format!("{line}; new keys get 503 (replays are still served): {why}");
     }

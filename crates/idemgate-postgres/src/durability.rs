@@ -119,7 +119,11 @@ fn standbys(n: u32) -> String {
     format!("{n} synchronous standby{s}")
 }
 
-/// The level and its sentence.
+/// What a failover costs where no synchronous standby confirms the commits.
+const FAILOVER: &str =
+    "a failover to a standby can lose the records it had not received, and their keys would run again";
+
+/// The level and its sentence. Every sentence below `replicated` says what a failover loses.
 fn level(f: &ServerFacts) -> (DurabilityLevel, String) {
     let (commit, required) = (f.synchronous_commit.as_str(), f.required());
     if f.fsync == "off" {
@@ -134,8 +138,8 @@ fn level(f: &ServerFacts) -> (DurabilityLevel, String) {
     }
     let waits = matches!(commit, "on" | "remote_write" | "remote_apply");
     if f.in_recovery {
-        let s = "the server is a standby (in recovery): it takes no writes";
-        return (DurabilityLevel::Local, s.into());
+        let s = format!("the server is a standby (in recovery): it takes no writes; {FAILOVER}");
+        return (DurabilityLevel::Local, s);
     }
     if waits && required > 0 && f.sync_connected >= required {
         let s = format!("commits wait for {} ({commit})", standbys(required));
@@ -145,12 +149,13 @@ fn level(f: &ServerFacts) -> (DurabilityLevel, String) {
     let summary = if commit == "local" {
         format!("synchronous_commit = local: commits are on this server's disk when acknowledged, before any standby has them: {lose}")
     } else if required > 0 && !f.stats_readable {
-        format!("synchronous_standby_names asks for {}, but pg_stat_replication is {UNREADABLE}: whether one is connected is unknown", standbys(required))
+        format!("synchronous_standby_names asks for {}, but pg_stat_replication is {UNREADABLE}: whether one is connected is unknown; {FAILOVER}", standbys(required))
     } else if required > 0 {
-        format!("commits wait for {} but {} connected: commits block until one connects, and a commit whose wait is cancelled is acknowledged without it", standbys(required), f.sync_connected)
+        format!("commits wait for {} but {} connected: commits block until one connects, and a commit whose wait is cancelled is acknowledged without it; {FAILOVER}", standbys(required), f.sync_connected)
     } else if f.standbys.is_empty() {
         "commits are on this server's disk when acknowledged and no standby is connected: \
-         losing this server loses the records, and their keys would run again"
+         losing this server loses the records, and their keys would run again; so would a \
+         failover to a standby that had not received them"
             .into()
     } else {
         format!("commits are acknowledged before any standby has them: {lose}")
@@ -378,6 +383,34 @@ mod tests {
         let mut no_fsync = facts("on", "s", 1);
         no_fsync.fsync = "off".into();
         assert_eq!(level(&no_fsync).0, DurabilityLevel::Volatile);
+    }
+
+    #[test]
+    fn every_sentence_below_replicated_says_what_a_failover_loses() {
+        let mut alone = facts("on", "", 0);
+        alone.standbys.clear();
+        assert!(level(&alone)
+            .1
+            .ends_with("run again; so would a failover to a standby that had not received them"));
+        let mut unreadable = facts("on", "s", 0);
+        unreadable.stats_readable = false;
+        let mut standby = facts("on", "", 0);
+        standby.in_recovery = true;
+        for f in [
+            facts("on", "", 0),
+            facts("local", "s", 1),
+            facts("on", "ANY 2 (a, b)", 1),
+            unreadable,
+            standby,
+        ] {
+            let (lvl, line) = level(&f);
+            assert_eq!(lvl, DurabilityLevel::Local, "{line}");
+            assert!(line.contains("failover"), "{line}");
+            assert!(line.contains("run again"), "{line}");
+        }
+        assert!(level(&facts("on", "s", 0))
+            .1
+            .ends_with(&format!("; {FAILOVER}")));
     }
 
     #[test]
