@@ -6,6 +6,10 @@
 #   postgres.sh stall DIR              stop the standby's WAL receiver (SIGSTOP): it takes nothing
 #   postgres.sh resume DIR             let it run again (SIGCONT)
 #   postgres.sh kill-primary DIR       kill -9 the primary's postmaster and its backends
+#   postgres.sh drop-receiver DIR      kill -9 the (stalled) WAL receiver: what it had not
+#                                      written yet is lost, as an asynchronous failover loses it
+#   postgres.sh restart-old DIR        start the killed primary again, read-write on its old
+#                                      timeline (the operator's mistake after a failover)
 #   postgres.sh promote DIR            promote the standby and wait until it takes writes
 #   postgres.sh stop DIR               stop both servers and delete DIR
 #
@@ -104,6 +108,15 @@ case "${1:-}" in
     pid=$(postmaster_pid "$2/primary")
     pkill -KILL -P "$pid" || true
     kill -KILL "$pid" ;;
+  drop-receiver)
+    pid=$(walreceiver_pid "$2")
+    [ -n "$pid" ] && kill -KILL "$pid"
+    pkill -CONT -P "$(postmaster_pid "$2/standby")" 2>/dev/null || true ;;
+  restart-old)
+    rm -f "$2/primary/postmaster.pid"
+    as_pg "$bin/pg_ctl" -D "$2/primary" -l "$2/primary.log" -w start >/dev/null
+    port=$(sed -n 's/^port = //p' "$2/primary/postgresql.conf" | tail -n1)
+    wait_ready "$port" ;;
   promote)
     as_pg "$bin/pg_ctl" -D "$2/standby" -w promote >/dev/null
     port=$(sed -n 's/^port = //p' "$2/standby/postgresql.auto.conf" | tail -n1)
@@ -114,5 +127,5 @@ case "${1:-}" in
     echo "postgres.sh: the standby did not leave recovery" >&2
     exit 1 ;;
   stop) stop "$2" ;;
-  *) sed -n '2,12p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
 esac

@@ -308,7 +308,8 @@ async fn main() {
     );
 
     sqlx::raw_sql(&format!(
-        "DROP TABLE \"{table}\"; DROP TABLE \"{table}_migrations\""
+        "DROP TABLE \"{table}\"; DROP TABLE \"{table}_migrations\"; \
+         DROP TABLE IF EXISTS \"{table}_failovers\""
     ))
     .execute(&pool)
     .await

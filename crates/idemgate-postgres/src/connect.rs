@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use self::server::{Seen, ServerFacts};
 use crate::error::{PostgresStoreError, Result};
 use crate::hosts::SessionAttrs;
+use crate::journal::{Gate, Identity, Journal};
 use crate::options::PostgresOptions;
 use crate::store::PostgresStore;
 
@@ -58,6 +59,8 @@ pub(crate) struct Cluster {
     epoch: Instant,
     /// Wakes the watcher when a new connection was refused.
     wake: Notify,
+    /// The forward journal's gate, closed when a failover is seen.
+    gate: Option<Arc<Gate>>,
 }
 
 /// What a store made by [`connect`] keeps: the shared state, and the watcher it stops when
@@ -85,7 +88,14 @@ impl Drop for Link {
 /// invalid URL or an unreachable host, [`PostgresStoreError::Standby`],
 /// [`PostgresStoreError::OtherDatabase`], [`PostgresStoreError::NoServer`] (a list), or why
 /// the pool refused its first connection.
-pub(crate) async fn connect(url: &str, options: &PostgresOptions) -> Result<(PgPool, Link)> {
+///
+/// With a forward `journal`, the identity it recorded is the one first seen, and a failover
+/// closes its gate.
+pub(crate) async fn connect(
+    url: &str,
+    options: &PostgresOptions,
+    journal: Option<&Journal>,
+) -> Result<(PgPool, Link)> {
     // Checked as `check_url` checks it, before the driver parses (and would log) anything.
     let list = crate::url::parse(url)?;
     let hosts = list
@@ -105,10 +115,11 @@ pub(crate) async fn connect(url: &str, options: &PostgresOptions) -> Result<(PgP
         options: options.clone(),
         connect_timeout,
         current: AtomicUsize::new(0),
-        seen: Mutex::default(),
+        seen: Mutex::new(journal.map_or_else(Seen::default, |j| Seen::recorded(j.recorded))),
         retire_before: AtomicU64::new(0),
         epoch: Instant::now(),
         wake: Notify::new(),
+        gate: journal.map(|j| j.gate.clone()),
     });
     let (index, conn) = cluster.find(Instant::now() + connect_timeout).await?;
     cluster.current.store(index, Ordering::SeqCst);
@@ -200,11 +211,24 @@ impl Cluster {
 
     /// Records `facts` ([`Seen::observe`]); after a failover, idle connections opened
     /// before it are closed instead of reused.
+    /// The forward journal's gate is closed before the connection is handed out.
     fn observe(&self, name: &str, facts: &ServerFacts) -> Result<()> {
         if self.seen().observe(name, facts)? {
+            if let Some(gate) = &self.gate {
+                gate.failover_seen();
+            }
             self.retire_idle();
         }
         Ok(())
+    }
+
+    /// The identity of the primary the store's connections were checked on.
+    pub(crate) fn identity(&self) -> Identity {
+        let seen = self.seen();
+        Identity {
+            system_identifier: seen.system_identifier,
+            timeline: seen.timeline,
+        }
     }
 
     async fn read_facts(&self, conn: &mut PgConnection) -> Result<ServerFacts> {
@@ -263,6 +287,13 @@ impl Cluster {
             let (from, to) = (&self.hosts[was].name, &self.hosts[i].name);
             tracing::warn!(%from, %to, "PostgreSQL store: switched to another host of the URL");
         }
+    }
+}
+
+impl Link {
+    /// The shared state of a store made by [`connect`].
+    pub(crate) fn cluster(&self) -> Option<Arc<Cluster>> {
+        self.cluster.clone()
     }
 }
 

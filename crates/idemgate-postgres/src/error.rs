@@ -97,6 +97,15 @@ pub enum PostgresStoreError {
         /// How many insert-read-write rounds were tried.
         attempts: u32,
     },
+    /// The forward journal ([`crate::ForwardJournalOptions`]) cannot be used: its file
+    /// cannot be opened or is held by another process, or it was written against another
+    /// database or a later timeline than the server's. Classified as
+    /// [`StoreError::Unavailable`].
+    #[error("forward journal: {reason}")]
+    Journal {
+        /// What is wrong, naming the file.
+        reason: String,
+    },
 }
 
 /// Shorthand for this crate's results.
@@ -170,7 +179,8 @@ impl From<PostgresStoreError> for StoreError {
             PostgresStoreError::Standby { .. }
             | PostgresStoreError::OtherDatabase { .. }
             | PostgresStoreError::TimelineBehind { .. }
-            | PostgresStoreError::NoServer { .. } => Class::Unavailable,
+            | PostgresStoreError::NoServer { .. }
+            | PostgresStoreError::Journal { .. } => Class::Unavailable,
             _ => Class::Backend,
         };
         match class {

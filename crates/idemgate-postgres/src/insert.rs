@@ -140,7 +140,7 @@ impl PostgresStore {
     }
 
     /// The live record of `key` as `insert_or_get` returns it, read without writing.
-    async fn existing(&self, key: &ScopedKey) -> Result<Option<InsertOutcome>> {
+    pub(crate) async fn existing(&self, key: &ScopedKey) -> Result<Option<InsertOutcome>> {
         let Some(found) = self.read(key).await? else {
             return Ok(None);
         };

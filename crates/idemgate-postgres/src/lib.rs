@@ -54,6 +54,8 @@
 //!   check, the refusal of new keys, the write permits, the confirmation of each write);
 //!   `durability.rs`: [`idemgate_core::gauges::GaugedStore::durability`], read from the
 //!   replication settings and the standbys.
+//! - `journal.rs`: the forward journal ([`ForwardJournalOptions`]): a local file of the
+//!   keys this process acquired, written back after a failover that lost them.
 //! - `sql.rs`: the SQL of every statement, built once per table name.
 //! - `url.rs`: [`PostgresStore::from_url`] and [`PostgresStore::check_url`] (`postgres://`);
 //!   `hosts.rs`: libpq's host lists (`h1:5432,h2:5433`) and `target_session_attrs`.
@@ -99,8 +101,10 @@ mod connect;
 mod durability;
 mod error;
 mod gauges;
+mod guarded;
 mod hosts;
 mod insert;
+mod journal;
 mod migrate;
 mod options;
 mod primitives;
@@ -112,5 +116,6 @@ mod url;
 
 pub use error::{PostgresStoreError, Result};
 pub use gauges::{EXACT_COUNT_BELOW, EXPIRED_COUNT_CAP};
+pub use journal::ForwardJournalOptions;
 pub use options::PostgresOptions;
 pub use store::PostgresStore;

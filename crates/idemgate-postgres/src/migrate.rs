@@ -1,10 +1,11 @@
 //! The embedded migration runner.
 //!
 //! `sqlx::migrate!` cannot template a table name, so this crate runs its own: versioned SQL
-//! files embedded at build time, with `{table}` (the quoted, schema-qualified table) and
-//! `{name}` (the bare table name) substituted, applied in one transaction under
-//! `pg_advisory_xact_lock` (so replicas starting together take turns), and recorded in
-//! `<table>_migrations` with the MD5 of the template, so an edited migration is detected.
+//! files embedded at build time, with `{table}` (the quoted, schema-qualified table),
+//! `{failovers}` (its failovers table) and `{name}` (the bare table name) substituted,
+//! applied in one transaction under `pg_advisory_xact_lock` (so replicas starting together
+//! take turns), and recorded in `<table>_migrations` with the MD5 of the template, so an
+//! edited migration is detected.
 
 use sqlx::{Executor, PgConnection, PgPool, Row};
 
@@ -38,12 +39,18 @@ const MIGRATIONS: &[Migration] = &[
         description: "purge_autovacuum",
         template: include_str!("../migrations/0003_purge_autovacuum.sql"),
     },
+    Migration {
+        version: 4,
+        description: "failovers",
+        template: include_str!("../migrations/0004_failovers.sql"),
+    },
 ];
 
 impl Migration {
     fn render(&self, table: &Table) -> String {
         self.template
             .replace("{table}", &table.qualified())
+            .replace("{failovers}", &table.failovers())
             .replace("{name}", &table.name)
     }
 }

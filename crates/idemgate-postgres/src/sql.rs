@@ -64,6 +64,12 @@ impl Table {
         self.qualify(&format!("{}_migrations", self.name))
     }
 
+    /// The quoted, schema-qualified name of the failovers table (`<table>_failovers`): the
+    /// first detection of each timeline, for the forward journal's grace.
+    pub(crate) fn failovers(&self) -> String {
+        self.qualify(&format!("{}_failovers", self.name))
+    }
+
     /// `schema.table` unquoted, for messages and lock keys.
     pub(crate) fn display(&self) -> String {
         match &self.schema {

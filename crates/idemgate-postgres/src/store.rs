@@ -5,7 +5,7 @@
 //! [`IdempotencyStore`]: idemgate_core::IdempotencyStore
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idemgate_core::record::duration_ms;
@@ -15,6 +15,7 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::connect::{self, Link};
 use crate::error::Result;
+use crate::journal::{self, Journal, JournalLink};
 use crate::migrate;
 use crate::options::PostgresOptions;
 use crate::sql::{self, Statements, Table};
@@ -46,6 +47,8 @@ pub struct PostgresStore {
     /// The state of [`PostgresOptions::with_require_synchronous_replication`] (`None`
     /// unless a store made by `connect` requires it; `sync.rs`).
     pub(crate) sync: Option<Arc<SyncGuard>>,
+    /// The forward journal and its task ([`PostgresOptions::with_forward_journal`]).
+    pub(crate) journal: Option<Arc<JournalLink>>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -111,10 +114,48 @@ impl PostgresStore {
     /// # Errors
     /// As [`PostgresStore::connect`].
     pub async fn connect_with(url: &str, options: &PostgresOptions) -> Result<Self> {
-        let (pool, link) = connect::connect(url, options).await?;
+        let journal = options.forward_journal().map(Journal::open).transpose()?;
+        let (pool, link) = connect::connect(url, options, journal.as_ref())
+            .await
+            .map_err(|e| match &journal {
+                Some(j) => j.refused_by_record(e),
+                None => e,
+            })?;
         let mut store = Self::from_pool(pool);
         store.link = Arc::new(link);
+        if let Some(journal) = journal {
+            store.journal = Some(store.start_journal(journal));
+        }
         store.requiring_sync(options).await
+    }
+
+    /// Starts `journal`'s task on this store's pool and table.
+    fn start_journal(&self, journal: Journal) -> Arc<JournalLink> {
+        let statements = Arc::new(Mutex::new(Arc::new(journal::Statements::new(&self.table))));
+        let journal = Arc::new(journal);
+        let cluster = self.link.cluster();
+        let identity = Arc::new(move || cluster.as_ref().map(|c| c.identity()).unwrap_or_default());
+        let task = journal::spawn(
+            journal.clone(),
+            statements.clone(),
+            self.pool.clone(),
+            identity,
+        );
+        Arc::new(JournalLink {
+            journal,
+            statements,
+            task: Mutex::new(Some(task)),
+        })
+    }
+
+    /// Keeps `journal`, its SQL pointed at this store's table.
+    fn with_journal(mut self, journal: Option<Arc<JournalLink>>) -> Self {
+        if let Some(link) = &journal {
+            *link.statements.lock().unwrap_or_else(|e| e.into_inner()) =
+                Arc::new(journal::Statements::new(&self.table));
+        }
+        self.journal = journal;
+        self
     }
 
     /// A store on an existing pool (for example the application's own, so
@@ -144,7 +185,10 @@ impl PostgresStore {
             schema: self.table.schema.clone(),
             name: name.to_owned(),
         };
-        Ok(Self::on_table(self.pool, self.link, table).with_sync(self.sync))
+        let journal = self.journal.clone();
+        Ok(Self::on_table(self.pool, self.link, table)
+            .with_sync(self.sync)
+            .with_journal(journal))
     }
 
     /// Puts the table in schema `schema` instead of the connection's `search_path`.
@@ -161,7 +205,10 @@ impl PostgresStore {
             schema: Some(schema.to_owned()),
             name: self.table.name.clone(),
         };
-        Ok(Self::on_table(self.pool, self.link, table).with_sync(self.sync))
+        let journal = self.journal.clone();
+        Ok(Self::on_table(self.pool, self.link, table)
+            .with_sync(self.sync)
+            .with_journal(journal))
     }
 
     /// A store on `pool` (with `link`, its checks) and `table`, its statements built for
@@ -171,6 +218,7 @@ impl PostgresStore {
             pool,
             link,
             sync: None,
+            journal: None,
             sql: Arc::new(Statements::new(&table)),
             table: Arc::new(table),
         }

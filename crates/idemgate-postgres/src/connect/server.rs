@@ -85,6 +85,16 @@ pub(super) struct Seen {
 }
 
 impl Seen {
+    /// What a store remembers before its first connection: the identity a forward journal
+    /// recorded (nothing without one).
+    pub(super) fn recorded(identity: crate::journal::Identity) -> Self {
+        Self {
+            system_identifier: identity.system_identifier,
+            timeline: identity.timeline,
+            ..Self::default()
+        }
+    }
+
     /// Whether the server `host` with `facts` is this store's database, on a timeline not
     /// behind the highest seen.
     ///

@@ -102,12 +102,12 @@ impl Drop for TestStore {
     }
 }
 
-/// Drops table `name` and its migrations table, waiting at most 5 s for locks (one
+/// Drops table `name`, its migrations and failovers tables, waiting at most 5 s for locks (one
 /// implicit transaction: a multi-statement simple query).
 fn drop_sql(name: &str) -> String {
     format!(
         "SET LOCAL lock_timeout = '5s'; DROP TABLE IF EXISTS \"{name}\"; \
-         DROP TABLE IF EXISTS \"{name}_migrations\""
+         DROP TABLE IF EXISTS \"{name}_migrations\"; DROP TABLE IF EXISTS \"{name}_failovers\""
     )
 }
 

@@ -86,6 +86,27 @@ impl Cluster {
         self.script("kill-primary").await;
     }
 
+    /// Stops the standby's WAL receiver (SIGSTOP): the standby takes nothing more.
+    pub(crate) async fn stall(&self) {
+        self.script("stall").await;
+    }
+
+    /// Lets the stalled WAL receiver run again.
+    pub(crate) async fn resume(&self) {
+        self.script("resume").await;
+    }
+
+    /// Kills the stalled WAL receiver: what it had not written is lost, as an asynchronous
+    /// failover loses it.
+    pub(crate) async fn drop_receiver(&self) {
+        self.script("drop-receiver").await;
+    }
+
+    /// Starts the killed primary again, read-write on its former timeline.
+    pub(crate) async fn restart_old_primary(&self) {
+        self.script("restart-old").await;
+    }
+
     /// Promotes the standby; returns once it takes writes.
     pub(crate) async fn promote(&self) {
         self.script("promote").await;

@@ -7,6 +7,7 @@ mod cluster;
 mod follow;
 mod hosts;
 mod identity;
+mod journal;
 mod relay;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -35,7 +35,7 @@ async fn migrate_twice_and_concurrently() {
     .fetch_all(store.pool())
     .await
     .unwrap();
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, [1, 2, 3, 4]);
 
     // The cleanup index covers every state (no partial index).
     let indexdef: String = sqlx::query_scalar(
@@ -102,7 +102,7 @@ async fn migrate_into_a_schema() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(tables, 2, "records and records_migrations");
+    assert_eq!(tables, 3, "records, records_migrations and records_failovers");
     sqlx::raw_sql(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
         .execute(store.pool())
         .await
