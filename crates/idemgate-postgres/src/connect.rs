@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use self::server::{Seen, ServerFacts};
 use crate::error::{PostgresStoreError, Result};
 use crate::hosts::SessionAttrs;
-use crate::journal::{Gate, Identity, Journal};
+use crate::journal::{Gate, Identity, Journal, Primary};
 use crate::options::PostgresOptions;
 use crate::store::PostgresStore;
 
@@ -221,9 +221,10 @@ impl Cluster {
         }
         Ok(())
     }
+}
 
-    /// The identity of the primary the store's connections were checked on.
-    pub(crate) fn identity(&self) -> Identity {
+impl Primary for Cluster {
+    fn identity(&self) -> Identity {
         let seen = self.seen();
         Identity {
             system_identifier: seen.system_identifier,
@@ -231,6 +232,31 @@ impl Cluster {
         }
     }
 
+    fn timeline_read(&self, timeline: u32) {
+        let facts = ServerFacts {
+            in_recovery: false,
+            system_identifier: None,
+            timeline: Some(timeline),
+        };
+        if let Err(e) = self.observe(self.current_name(), &facts) {
+            tracing::warn!(error = %error_text(&e), "PostgreSQL store: a checked connection reads a timeline it would refuse");
+        }
+    }
+}
+
+/// The view of a store whose connections are not checked ([`PostgresStore::from_pool`]):
+/// nothing known, nothing to follow.
+pub(crate) struct Unchecked;
+
+impl Primary for Unchecked {
+    fn identity(&self) -> Identity {
+        Identity::default()
+    }
+
+    fn timeline_read(&self, _: u32) {}
+}
+
+impl Cluster {
     async fn read_facts(&self, conn: &mut PgConnection) -> Result<ServerFacts> {
         let with_id = !self.seen().id_unreadable;
         match server::read_facts(conn, with_id).await {

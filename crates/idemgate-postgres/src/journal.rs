@@ -26,7 +26,7 @@ use tokio::task::AbortHandle;
 pub(crate) use self::file::Identity;
 use self::file::{Entry, JournalFile};
 pub(crate) use self::gate::Gate;
-pub(crate) use self::task::{spawn, Statements};
+pub(crate) use self::task::{spawn, Primary, Statements};
 use crate::error::PostgresStoreError;
 
 /// The forward journal of [`crate::PostgresOptions::with_forward_journal`]: it repairs what a

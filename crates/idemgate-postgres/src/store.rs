@@ -133,13 +133,15 @@ impl PostgresStore {
     fn start_journal(&self, journal: Journal) -> Arc<JournalLink> {
         let statements = Arc::new(Mutex::new(Arc::new(journal::Statements::new(&self.table))));
         let journal = Arc::new(journal);
-        let cluster = self.link.cluster();
-        let identity = Arc::new(move || cluster.as_ref().map(|c| c.identity()).unwrap_or_default());
+        let primary: Arc<dyn journal::Primary> = match self.link.cluster() {
+            Some(cluster) => cluster,
+            None => Arc::new(connect::Unchecked),
+        };
         let task = journal::spawn(
             journal.clone(),
             statements.clone(),
             self.pool.clone(),
-            identity,
+            primary,
         );
         Arc::new(JournalLink {
             journal,

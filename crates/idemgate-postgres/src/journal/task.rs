@@ -26,9 +26,10 @@ const RETRY: Duration = Duration::from_millis(500);
 
 /// The primary's WAL insert position and the lowest replay position of its streaming
 /// standbys (NULL without one, or when the role cannot read them), as byte offsets.
+/// And the timeline, as the connection checks read it.
 const POSITIONS: &str = "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint, \
      (SELECT min(replay_lsn - '0/0'::pg_lsn)::bigint FROM pg_stat_replication \
-     WHERE state = 'streaming')";
+     WHERE state = 'streaming'), substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)";
 
 /// The SQL of the failover record and of the restore, for one table.
 #[derive(Debug)]
@@ -88,13 +89,22 @@ impl Statements {
     }
 }
 
+/// The store's view of the primary, kept by its connection checks.
+pub(crate) trait Primary: Send + Sync + 'static {
+    /// The identity the connections were checked on.
+    fn identity(&self) -> Identity;
+    /// A timeline read on a connection already checked (one a pooler kept open across a
+    /// failover): a higher one is a failover, as if a new connection had found it.
+    fn timeline_read(&self, timeline: u32);
+}
+
 /// What the task works with.
 struct Task {
     journal: Arc<Journal>,
     statements: Arc<Mutex<Arc<Statements>>>,
     pool: PgPool,
-    /// The store's current view of the primary's identity.
-    identity: Arc<dyn Fn() -> Identity + Send + Sync>,
+    /// The store's view of the primary.
+    primary: Arc<dyn Primary>,
     /// `(sequence mark, WAL insert position)` read each tick, oldest first.
     pending: VecDeque<(i64, i64)>,
 }
@@ -104,13 +114,13 @@ pub(crate) fn spawn(
     journal: Arc<Journal>,
     statements: Arc<Mutex<Arc<Statements>>>,
     pool: PgPool,
-    identity: Arc<dyn Fn() -> Identity + Send + Sync>,
+    primary: Arc<dyn Primary>,
 ) -> AbortHandle {
     let task = Task {
         journal,
         statements,
         pool,
-        identity,
+        primary,
         pending: VecDeque::new(),
     };
     tokio::spawn(task.run()).abort_handle()
@@ -120,7 +130,7 @@ impl Task {
     async fn run(mut self) {
         let mut handled = 0;
         if self.journal.gate.failovers() == 0 {
-            let identity = (self.identity)();
+            let identity = self.primary.identity();
             if let Err(e) = self
                 .journal
                 .with_file(move |f| f.set_identity(identity))
@@ -171,7 +181,7 @@ impl Task {
     /// Records the failover, restores every entry and records the new identity; returns
     /// how long new keys stay refused.
     async fn restore(&self) -> Result<Duration, StoreError> {
-        let identity = (self.identity)();
+        let identity = self.primary.identity();
         let timeline = identity.timeline.ok_or_else(|| {
             StoreError::Unavailable("the primary's timeline is not known yet".into())
         })?;
@@ -272,6 +282,18 @@ impl Task {
             .map_err(classify)?;
         let inserted: i64 = row.try_get(0).map_err(classify)?;
         let replayed: Option<i64> = row.try_get(1).map_err(classify)?;
+        let timeline: String = row.try_get(2).map_err(classify)?;
+        if let Ok(timeline) = u32::from_str_radix(&timeline, 16) {
+            if self
+                .primary
+                .identity()
+                .timeline
+                .is_some_and(|seen| timeline > seen)
+            {
+                self.primary.timeline_read(timeline);
+                return Ok(()); // the positions are the new primary's
+            }
+        }
         self.pending.push_back((mark, inserted));
         let cap = (self.journal.options.window.as_secs() as usize).max(1);
         while self.pending.len() > cap {
