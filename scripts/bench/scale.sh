@@ -23,7 +23,7 @@ cleanup() {
   stop_started
   case $ST in
     sqlite) rm -f "$OUT"/idemgate.db* ;;
-    postgres) psql -q "$PG_URL" -c "DROP TABLE IF EXISTS $TABLE, ${TABLE}_migrations" >/dev/null 2>&1 || true ;;
+    postgres) psql -q "$PG_URL" -c "DROP TABLE IF EXISTS $TABLE, ${TABLE}_migrations, ${TABLE}_failovers" >/dev/null 2>&1 || true ;;
   esac
 }
 trap cleanup EXIT

@@ -62,11 +62,29 @@ pub struct Config {
     pub require_synchronous_replication: bool,
     /// Redis only (not `redis+cluster://`): replicas that must acknowledge each new record and
     /// each outcome (Redis `WAIT`) before the gateway goes on; 0 waits for none. A write not
-    /// acknowledged within `redis_wait_timeout` counts as unconfirmed. Restart-only. Default 0.
+    /// acknowledged within `redis_wait_timeout` counts as unconfirmed. At most 16. Restart-only.
+    /// Default 0.
     pub redis_wait_replicas: u32,
     /// How long a write waits for `redis_wait_replicas` acknowledgements, at least `1ms` and
     /// below `store_timeout`. Restart-only. Default `500ms`.
     pub redis_wait_timeout: String,
+    /// PostgreSQL only: the forward journal, a local SQLite file (created if missing, locked
+    /// by the one process that runs on it) where `serve` and `key-service` write each key they
+    /// acquire before forwarding it, and then its outcome, until a standby has replayed them.
+    /// After a failover to a standby that lacked them, the entries are written back to the new
+    /// primary (never over an outcome), and a restart refuses a former primary brought back
+    /// read-write (docs/postgres-ha.md, "The forward journal"). Costs one fsync'd local write
+    /// per new key and per outcome. Entries hold response bodies unencrypted. A relative path
+    /// is resolved against the working directory. Restart-only. Default empty (off).
+    pub forward_journal_file: String,
+    /// The longest a journal entry is kept without a standby confirming it: then it is
+    /// dropped, logged and counted in `idempotency_forward_journal_expired_total` (a failover
+    /// after that can run its key again). At least `1s`. Restart-only. Default `10m`.
+    pub forward_journal_window: String,
+    /// With `forward_journal_file`: after a failover, new keys get `503` (replays are still
+    /// served) until this long after the first process on the store noticed it, so every
+    /// journal restores its entries first. Restart-only. Default `10s`.
+    pub failover_grace: String,
     /// Outcome writes not yet landed (store slow or down) past which new requests get
     /// `503`. Default 1024.
     pub max_pending_outcomes: usize,
@@ -159,6 +177,9 @@ impl Default for Config {
             require_synchronous_replication: false,
             redis_wait_replicas: 0,
             redis_wait_timeout: "500ms".into(),
+            forward_journal_file: String::new(),
+            forward_journal_window: "10m".into(),
+            failover_grace: "10s".into(),
             max_pending_outcomes: engine.max_pending_outcomes,
             max_pending_outcome_bytes: engine.max_pending_outcome_bytes,
             upstream_timeout: "60s".into(),
@@ -271,6 +292,7 @@ impl Config {
     }
 }
 
+mod journal;
 mod jwt;
 mod load;
 mod parse;

@@ -102,7 +102,7 @@ impl Host {
     /// `admin` (if given) and starts the purge (`purge_interval`) and the store gauges
     /// (`gauges_interval`) on `store`: neither runs on a key-service store, which purges and
     /// exports its own. Reads what the store can lose at once and then with the gauges
-    /// (`Host::watch_durability`).
+    /// (`Host::watch_durability`). With a forward journal, its counters start at 0.
     pub fn start(
         config: &Base,
         store: &Arc<AnyStore>,
@@ -110,6 +110,9 @@ impl Host {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
         crate::telemetry::prometheus();
+        if config.store_options.replication.forward_journal.is_some() {
+            crate::telemetry::register_forward_journal();
+        }
         let (stop_tx, stop) = watch::channel(false);
         tokio::spawn(async move {
             shutdown.await;

@@ -5,8 +5,8 @@
 //! one applies to requests that arrive afterwards: the gateway's service is swapped
 //! ([`Current`]), and requests already in flight finish under the service they started
 //! with. Settings bound at start-up (listeners, store, what its writes wait for on replicas,
-//! purge task, engine-wide store deadline and pending-outcome bounds, listener certificate)
-//! are logged as needing a restart and keep their running values.
+//! the forward journal, purge task, engine-wide store deadline and pending-outcome bounds,
+//! listener certificate) are logged as needing a restart and keep their running values.
 //!
 //! A file that would change what (principal, route) a request gets ([`ScopeSettings`]:
 //! the principal sources, `principal_hash_key_file`'s key, `[jwt] issuer`, `header_name`,
@@ -22,12 +22,13 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::task::{Context, Poll};
 
+use idemgate_postgres::ForwardJournalOptions;
 use tokio::sync::watch;
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use crate::config::{Base, ScopeSettings, Validated};
-use crate::store::OpenOptions;
+use crate::store::{OpenOptions, Replication};
 use crate::telemetry::count_reload;
 
 /// Re-reads the configuration: the file and the flags, validated.
@@ -61,7 +62,7 @@ where
 /// their field names in the file.
 pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
     let (a, b) = (&running.base, &new.base);
-    // The replication keys are named on their own.
+    // The replication and journal keys are named on their own.
     let opts = |base: &Base| {
         let replication = Default::default();
         format!(
@@ -75,6 +76,7 @@ pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
     let store_options = "store_table/store_key_prefix/store_migrate";
     let (ra, rb) = (&a.store_options.replication, &b.store_options.replication);
     let lifecycle = "store_timeout/max_pending_outcomes/max_pending_outcome_bytes";
+    let journal = journal_changes(ra, rb);
     [
         (running.listen != new.listen, "listen"),
         (running.admin_listen != new.admin_listen, "admin_listen"),
@@ -92,6 +94,9 @@ pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
             ra.redis_wait_timeout != rb.redis_wait_timeout,
             "redis_wait_timeout",
         ),
+        (journal[0], "forward_journal_file"),
+        (journal[1], "forward_journal_window"),
+        (journal[2], "failover_grace"),
         (a.purge_interval != b.purge_interval, "purge_interval"),
         (a.purge_batch != b.purge_batch, "purge_batch"),
         (a.policy.lifecycle != b.policy.lifecycle, lifecycle),
@@ -100,6 +105,22 @@ pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
     .into_iter()
     .filter_map(|(differs, field)| differs.then_some(field))
     .collect()
+}
+
+/// Whether `forward_journal_file`, `forward_journal_window` and `failover_grace` differ
+/// between `a` and `b`; without a journal the durations count as their defaults (they are
+/// not used).
+fn journal_changes(a: &Replication, b: &Replication) -> [bool; 3] {
+    let (ja, jb) = (a.forward_journal.as_ref(), b.forward_journal.as_ref());
+    let d = ForwardJournalOptions::new("");
+    let window = |j: Option<&ForwardJournalOptions>| j.map_or(d.window, |j| j.window);
+    let grace =
+        |j: Option<&ForwardJournalOptions>| j.map_or(d.failover_grace, |j| j.failover_grace);
+    [
+        ja.map(|j| &j.path) != jb.map(|j| &j.path),
+        window(ja) != window(jb),
+        grace(ja) != grace(jb),
+    ]
 }
 
 /// Until `stop` completes, re-reads the configuration on each `SIGHUP` with `resolve` and

@@ -1,14 +1,16 @@
 //! The gateway's store: the facade's [`AnyStore`], found by the URL's scheme
 //! ([`StoreUrl`], parsed by the store crate it names) and opened with the file's store
 //! options ([`OpenOptions`]: table, key prefix, migrations, the key service's token, what
-//! a write waits for on replicas).
+//! a write waits for on replicas, PostgreSQL's forward journal).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use idemgate_client::{KeyServiceClient, KeyServiceStore};
-use idemgate_postgres::{PostgresOptions, PostgresStore};
+use idemgate_postgres::{
+    ForwardJournalOptions, PostgresOptions, PostgresStore, PostgresStoreError,
+};
 use idemgate_redis::{RedisOptions, RedisStore};
 use idemgate_sqlite::{SqliteLocation, SqliteStore};
 
@@ -33,14 +35,16 @@ pub struct OpenOptions {
     pub store_ca_file: Option<PathBuf>,
     /// Deadline of each call to an `idemgate://` store. Defaults to 2 s (`store_timeout`).
     pub store_timeout: Duration,
-    /// What a write waits for on the store's replicas.
+    /// What a write waits for on the store's replicas, and the forward journal.
     pub replication: Replication,
 }
 
-/// What a write waits for on the store's replicas before the store acknowledges it: the
-/// restart-only keys `require_synchronous_replication` (PostgreSQL), `redis_wait_replicas`
-/// and `redis_wait_timeout` (Redis). The default waits for none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a write waits for on the store's replicas before the store acknowledges it, and what
+/// repairs a failover that lost writes: the restart-only keys
+/// `require_synchronous_replication` (PostgreSQL), `redis_wait_replicas` and
+/// `redis_wait_timeout` (Redis), and `forward_journal_file`, `forward_journal_window` and
+/// `failover_grace` (PostgreSQL). The default waits for none and keeps no journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replication {
     /// PostgreSQL: every write waits for a synchronous standby
     /// ([`PostgresOptions::with_require_synchronous_replication`]).
@@ -49,6 +53,11 @@ pub struct Replication {
     pub redis_wait_replicas: u32,
     /// Redis: how long a write waits for them (500 ms by default).
     pub redis_wait_timeout: Duration,
+    /// PostgreSQL: the forward journal
+    /// ([`PostgresOptions::with_forward_journal`]), `None` for none. Only `serve` and
+    /// `key-service` set it ([`crate::config::Config::serving_open_options`]): the file is
+    /// locked by the process that runs on it, so any other command opening it would fail.
+    pub forward_journal: Option<ForwardJournalOptions>,
 }
 
 impl Default for Replication {
@@ -57,16 +66,23 @@ impl Default for Replication {
             require_synchronous: false,
             redis_wait_replicas: 0,
             redis_wait_timeout: RedisOptions::default().wait_timeout,
+            forward_journal: None,
         }
     }
 }
 
 /// Opens the store a URL names with `opts` (creating and migrating a SQLite file as
-/// needed).
+/// needed; a PostgreSQL store's forward journal opened and locked when `opts` has one).
 ///
 /// # Errors
-/// When the store cannot be opened, with the cause (the URL without credentials).
+/// When the store cannot be opened, with the cause (the URL without credentials): for a
+/// forward journal, also a file that cannot be opened or that another process holds, a
+/// journal written against another database or a later timeline, and a journal asked of a
+/// store that is not PostgreSQL.
 pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<AnyStore> {
+    if opts.replication.forward_journal.is_some() && !matches!(url, StoreUrl::Postgres(_)) {
+        anyhow::bail!("forward_journal_file: PostgreSQL only; the store is not postgres://");
+    }
     Ok(match url {
         StoreUrl::Sqlite(SqliteLocation::File(path)) if !opts.create && !path.exists() => {
             anyhow::bail!("store: {} does not exist", path.display())
@@ -82,18 +98,29 @@ pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<AnyStore
             )
         }
         StoreUrl::Postgres(url) => {
-            let options = PostgresOptions::default()
-                .with_require_synchronous_replication(opts.replication.require_synchronous);
-            let mut store = PostgresStore::from_url(url, &options)
-                .await
-                .with_context(|| format!("cannot connect to the postgres store {}", redact(url)))?;
+            let journal = opts.replication.forward_journal.clone();
+            let mut options = PostgresOptions::default()
+                .with_require_synchronous_replication(opts.replication.require_synchronous)
+                .with_forward_journal(journal.clone());
             if let Some(table) = &opts.table {
-                store = store.with_table_name(table).context("store_table")?;
+                // In the options, so the journal's task starts on this table.
+                options = options.with_table_name(table);
             }
+            let store = match PostgresStore::from_url(url, &options).await {
+                Err(e @ PostgresStoreError::InvalidIdentifier { .. }) => {
+                    return Err(anyhow::Error::new(e).context("store_table"))
+                }
+                connected => connected.with_context(|| {
+                    format!("cannot connect to the postgres store {}", redact(url))
+                })?,
+            };
             if opts.migrate {
                 store.migrate().await.with_context(|| {
                     format!("cannot migrate the postgres store {}", redact(url))
                 })?;
+            }
+            if let Some(j) = &journal {
+                tracing::info!(file = %j.path.display(), window = ?j.window, failover_grace = ?j.failover_grace, "postgres store: forward journal open");
             }
             AnyStore::Postgres(store)
         }

@@ -40,9 +40,9 @@ pub const PURGE_RUNS: &str = "idempotency_purge_runs_total";
 /// Every value of the `result` label of [`PURGE_RUNS`].
 pub const PURGE_RESULTS: [&str; 2] = ["ok", "error"];
 
-/// The counters of the purge, the store gauges and the store's replication
-/// ([`FAILOVERS`], [`UNCONFIRMED_WRITES`]), in both commands.
-pub const COUNTERS: [CounterSpec; 5] = [
+/// The counters of the purge, the store gauges, the store's replication ([`FAILOVERS`],
+/// [`UNCONFIRMED_WRITES`]) and its forward journal ([`JOURNAL_COUNTERS`]), in both commands.
+pub const COUNTERS: [CounterSpec; 7] = [
     CounterSpec {
         name: "idempotency_purged_records_total",
         help: "Expired records deleted by the purge (in-process or `idemgate purge`).",
@@ -63,6 +63,21 @@ pub const COUNTERS: [CounterSpec; 5] = [
         name: UNCONFIRMED_WRITES,
         help: "Store writes no replica confirmed in time, by op (PostgreSQL's require_synchronous_replication, Redis's redis_wait_replicas).",
     },
+    CounterSpec {
+        name: JOURNAL_COUNTERS[0],
+        help: "Forward journal entries written back to the store after a failover that lost them (PostgreSQL, forward_journal_file).",
+    },
+    CounterSpec {
+        name: JOURNAL_COUNTERS[1],
+        help: "Forward journal entries dropped at forward_journal_window before a standby confirmed them: a failover now could run their keys again.",
+    },
+];
+
+/// The forward journal's counters (`forward_journal_file`): entries restored after a
+/// failover, and entries dropped unconfirmed at `forward_journal_window`.
+pub const JOURNAL_COUNTERS: [&str; 2] = [
+    "idempotency_forward_journal_restored_total",
+    "idempotency_forward_journal_expired_total",
 ];
 
 /// Failovers the store followed, by `backend` (PostgreSQL's).
@@ -174,6 +189,14 @@ pub fn register_key_service(settings: &KeyServiceSettings, backend: &'static str
         .for_each(Series::register);
 }
 
+/// Registers [`JOURNAL_COUNTERS`] at 0: called at start-up by a process that keeps a
+/// forward journal, so an alert on their increase fires on the first event.
+pub fn register_forward_journal() {
+    for name in JOURNAL_COUNTERS {
+        Series::new(name).register();
+    }
+}
+
 /// HELP text of the gateway's own metrics: the purge and the store gauges (refreshed every
 /// `gauges_interval`, labelled `backend`).
 fn describe() {
@@ -192,6 +215,7 @@ fn describe() {
         ("idempotency_store_durability", "What a failure can lose, by level (replicated, local, volatile, unknown): 1 for the store's current level, 0 for the others."),
         ("idempotency_purge_last_duration_seconds", "Duration of the last purge run, in seconds."),
         ("idempotency_purge_last_success_timestamp_seconds", "Unix time of the last successful purge run, in seconds."),
+        ("idempotency_forward_journal_entries", "Forward journal entries not yet confirmed by a standby (PostgreSQL, forward_journal_file)."),
     ];
     for (name, help) in gauges {
         describe_gauge!(name, help);

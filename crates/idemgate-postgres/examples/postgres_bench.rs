@@ -5,8 +5,12 @@
 //!
 //! ```text
 //! cargo run --release -p idemgate-postgres --example postgres_bench -- [--concurrency 16] [--seconds 5]
-//!     [--rounds 2] [--synchronous-commit off]
+//!     [--rounds 2] [--synchronous-commit off] [--journal PATH]
 //! ```
+//!
+//! `--journal PATH` runs the store with a forward journal there (one local fsync'd write per
+//! insert and per complete; `PostgresOptions::with_forward_journal`): its cost is the ratio
+//! against the same run without it.
 //!
 //! The database URL comes from `IDEMGATE_BENCH_DATABASE_URL`, else
 //! `IDEMGATE_TEST_DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`. The run
@@ -25,7 +29,7 @@ use idemgate_core::{
     response_checksum, IdempotencyKey, IdempotencyStore, InsertOutcome, InsertRequest, LeaseToken,
     ScopedKey, StoredResponse,
 };
-use idemgate_postgres::{PostgresOptions, PostgresStore};
+use idemgate_postgres::{ForwardJournalOptions, PostgresOptions, PostgresStore};
 use sqlx::{PgPool, Row};
 use tokio::time::Instant;
 
@@ -40,6 +44,8 @@ struct Args {
     rounds: usize,
     /// `off` takes the WAL flush out of each commit, so CPU (the store's overhead) shows more.
     synchronous_commit: Option<String>,
+    /// A forward journal file for the store.
+    journal: Option<String>,
 }
 
 fn args() -> Args {
@@ -48,6 +54,7 @@ fn args() -> Args {
         seconds: 5.0,
         rounds: 2,
         synchronous_commit: None,
+        journal: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -57,6 +64,7 @@ fn args() -> Args {
             "--seconds" => out.seconds = value.parse().expect("--seconds S"),
             "--rounds" => out.rounds = value.parse().expect("--rounds N"),
             "--synchronous-commit" => out.synchronous_commit = Some(value),
+            "--journal" => out.journal = Some(value),
             other => panic!(
                 "unknown flag {other}; use --concurrency, --seconds, --rounds, --synchronous-commit"
             ),
@@ -239,15 +247,33 @@ async fn main() {
     if let Some(mode) = &args.synchronous_commit {
         options = options.options([("synchronous_commit", mode.as_str())]);
     }
-    let pool = PostgresStore::pool_options()
-        .max_connections(args.concurrency as u32)
-        .connect_with(options)
-        .await
-        .expect("connect");
     let table = format!("idem_bench_{:08x}", rand::random::<u32>());
-    let store = PostgresStore::from_pool(pool.clone())
-        .with_table_name(&table)
-        .unwrap();
+    let store = match &args.journal {
+        None => PostgresStore::from_pool(
+            PostgresStore::pool_options()
+                .max_connections(args.concurrency as u32)
+                .connect_with(options)
+                .await
+                .expect("connect"),
+        ),
+        Some(path) => {
+            let mut url = url.clone();
+            if let Some(mode) = &args.synchronous_commit {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                url = format!("{url}{sep}options=-c%20synchronous_commit%3D{mode}");
+            }
+            let journal = ForwardJournalOptions::new(path);
+            let options = PostgresOptions::new()
+                .with_max_connections(args.concurrency as u32)
+                .with_forward_journal(Some(journal));
+            PostgresStore::connect_with(&url, &options)
+                .await
+                .expect("connect with a journal")
+        }
+    }
+    .with_table_name(&table)
+    .unwrap();
+    let pool = store.pool().clone();
     store.migrate().await.expect("migrate");
     println!(
         "idemgate-postgres bench: concurrency {}, {} s per phase, {} rounds, \
@@ -264,6 +290,7 @@ async fn main() {
     let warm = Args {
         seconds: 1.0,
         synchronous_commit: None,
+        journal: None,
         ..args
     };
     let (insert, complete) = {

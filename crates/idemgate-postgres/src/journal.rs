@@ -13,6 +13,7 @@ mod file;
 mod gate;
 mod hooks;
 mod task;
+mod writer;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -27,6 +28,7 @@ pub(crate) use self::file::Identity;
 use self::file::{Entry, JournalFile};
 pub(crate) use self::gate::Gate;
 pub(crate) use self::task::{spawn, Primary, Statements};
+use self::writer::Writer;
 use crate::error::PostgresStoreError;
 
 /// The forward journal of [`crate::PostgresOptions::with_forward_journal`]: it repairs what a
@@ -46,9 +48,9 @@ use crate::error::PostgresStoreError;
 /// after the first detection by any process, recorded in the store
 /// (`<table>_failovers`, by the database clock), and until this process has restored its
 /// entries. An entry is restored only where the store holds no live record of the key, or
-/// an `in_progress` one with a lower fence (or the same fence and lease token, replaced by
-/// the entry's outcome); a completed or failed record is never overwritten and no fence is
-/// ever lowered. An `in_progress` entry of this run gets a live lease (its holder is still
+/// an `in_progress` one with a lower fence, or with the same fence (another token there is
+/// an insert made on the new primary while the gates closed, never forwarded); a completed
+/// or failed record is never overwritten and no fence is ever lowered. An `in_progress` entry of this run gets a live lease (its holder is still
 /// running); one from an earlier run is restored with its lease lapsed, so a retry gets
 /// `outcome-unknown` and never a second run.
 ///
@@ -79,7 +81,7 @@ impl ForwardJournalOptions {
 
 /// An open journal: its file, the gate, and what it was opened with.
 pub(crate) struct Journal {
-    file: Arc<Mutex<JournalFile>>,
+    file: Writer,
     pub(crate) gate: Arc<Gate>,
     pub(crate) options: ForwardJournalOptions,
     /// This process's run number: entries of earlier runs are restored with lapsed leases.
@@ -116,7 +118,8 @@ impl Journal {
             .map_err(|e| journal_error(format!("{}: {e}", options.path.display())))?;
         Ok(Self {
             run: file.run,
-            file: Arc::new(Mutex::new(file)),
+            file: Writer::start(file)
+                .map_err(|e| journal_error(format!("the writer thread: {e}")))?,
             gate: Arc::new(Gate::new()),
             options: options.clone(),
             recorded,
@@ -144,20 +147,12 @@ impl Journal {
         }
     }
 
-    /// Runs `f` on the file in a blocking task.
+    /// Runs `f` on the file (on its writer thread, in a committed transaction).
     async fn with_file<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut JournalFile) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let file = self.file.clone();
-        let done = tokio::task::spawn_blocking(move || {
-            f(&mut file.lock().unwrap_or_else(|e| e.into_inner()))
-        })
-        .await;
-        match done {
-            Ok(done) => done.map_err(|e| StoreError::Unavailable(Box::new(e))),
-            Err(e) => Err(StoreError::Unavailable(Box::new(e))),
-        }
+        self.file.run(f).await
     }
 
     /// Journals the lease `req` acquired, before the key is forwarded.
@@ -215,15 +210,14 @@ impl Journal {
     }
 
     /// Journals the outcome written for `lease` (`completed` with `response`, or
-    /// `failed`). A failure to write it is logged: the outcome is in the store already.
-    pub(crate) async fn outcome(&self, lease: &Lease, response: Option<&StoredResponse>) {
+    /// `failed`), without waiting for the file's commit: until it lands the entry stays
+    /// `in_progress`, which a restore after a crash writes back with a lapsed lease (its
+    /// retries get `outcome-unknown`, never a second run). A failure is logged.
+    pub(crate) fn outcome(&self, lease: &Lease, response: Option<&StoredResponse>) {
         let (key, fence, response) = (lease.key.clone(), lease.fence, response.cloned());
-        let wrote = self
-            .with_file(move |file| file.outcome(&key, fence, response.as_ref()))
-            .await;
-        if let Err(e) = wrote {
-            tracing::error!(error = %idemgate_core::report::error_text(&e), "forward journal: an outcome was not journaled; a failover before a standby has it can lose it");
-        }
+        self.file.queue("an outcome", move |file| {
+            file.outcome(&key, fence, response.as_ref()).map(drop)
+        });
     }
 
     /// How many entries the file holds.
@@ -234,11 +228,11 @@ impl Journal {
         self.with_file(|file| file.len()).await
     }
 
-    /// Drops the entry of a released lease (its operation did not run).
-    pub(crate) async fn released(&self, lease: &Lease) {
+    /// Drops the entry of a released lease (its operation did not run), without waiting
+    /// for the file's commit.
+    pub(crate) fn released(&self, lease: &Lease) {
         let (key, fence) = (lease.key.clone(), lease.fence);
-        if let Err(e) = self.with_file(move |file| file.remove(&key, fence)).await {
-            tracing::warn!(error = %idemgate_core::report::error_text(&e), "forward journal: a released key's entry was not dropped");
-        }
+        self.file
+            .queue("a released key", move |file| file.remove(&key, fence));
     }
 }

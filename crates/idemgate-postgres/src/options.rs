@@ -28,6 +28,8 @@ pub struct PostgresOptions {
     max_connections: u32,
     require_synchronous_replication: bool,
     forward_journal: Option<ForwardJournalOptions>,
+    table: Option<String>,
+    schema: Option<String>,
 }
 
 impl Default for PostgresOptions {
@@ -38,6 +40,8 @@ impl Default for PostgresOptions {
             max_connections: 16,
             require_synchronous_replication: false,
             forward_journal: None,
+            table: None,
+            schema: None,
         }
     }
 }
@@ -128,6 +132,27 @@ impl PostgresOptions {
     pub fn with_forward_journal(mut self, journal: Option<ForwardJournalOptions>) -> Self {
         self.forward_journal = journal;
         self
+    }
+
+    /// The table of a store made by [`crate::PostgresStore::connect_with`], as
+    /// [`crate::PostgresStore::with_table_name`] sets it (checked when connecting). Set it
+    /// here rather than on the store when a forward journal is kept: its task then writes
+    /// to this table from its first statement.
+    pub fn with_table_name(mut self, name: impl Into<String>) -> Self {
+        self.table = Some(name.into());
+        self
+    }
+
+    /// The schema of the table, as [`crate::PostgresStore::with_schema`] sets it.
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// The table and schema set with [`PostgresOptions::with_table_name`] and
+    /// [`PostgresOptions::with_schema`].
+    pub(crate) fn table(&self) -> (Option<&str>, Option<&str>) {
+        (self.schema.as_deref(), self.table.as_deref())
     }
 
     /// The forward journal, if any ([`PostgresOptions::with_forward_journal`]).

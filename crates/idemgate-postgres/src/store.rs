@@ -123,6 +123,12 @@ impl PostgresStore {
             })?;
         let mut store = Self::from_pool(pool);
         store.link = Arc::new(link);
+        if let (_, Some(name)) = options.table() {
+            store = store.with_table_name(name)?;
+        }
+        if let (Some(schema), _) = options.table() {
+            store = store.with_schema(schema)?;
+        }
         if let Some(journal) = journal {
             store.journal = Some(store.start_journal(journal));
         }
@@ -174,7 +180,9 @@ impl PostgresStore {
     }
 
     /// Uses table `name` (default `idempotency_records`). The migrations are recorded in
-    /// `<name>_migrations`.
+    /// `<name>_migrations`. With a forward journal, set it in the options instead
+    /// ([`PostgresOptions::with_table_name`]): a journal's task started by `connect_with`
+    /// may restore into the table it had before this call.
     ///
     /// # Errors
     /// [`PostgresStoreError::InvalidIdentifier`] unless `name` is 1 to 39 bytes of `a-z`,

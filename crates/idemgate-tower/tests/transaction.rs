@@ -126,7 +126,11 @@ async fn completion_in_the_transaction_keeps_what_the_layer_keeps() {
         (StatusCode::BAD_GATEWAY, "500".into())
     );
 
-    for t in [table.clone(), format!("{table}_migrations")] {
+    for t in [
+        table.clone(),
+        format!("{table}_migrations"),
+        format!("{table}_failovers"),
+    ] {
         let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
             .execute(store.pool())
             .await;

@@ -123,7 +123,12 @@ async fn a_crash_before_commit_leaves_one_payment_and_the_retry_gets_the_real_an
     assert_eq!(count(&url, &payments).await, 1);
 
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    for t in [payments, idem.clone(), format!("{idem}_migrations")] {
+    for t in [
+        payments,
+        idem.clone(),
+        format!("{idem}_migrations"),
+        format!("{idem}_failovers"),
+    ] {
         let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
             .execute(&pool)
             .await;
@@ -189,7 +194,12 @@ async fn a_rollback_after_completing_leaves_the_key_to_lapse_and_run_once() {
     assert_eq!(count(&url, &payments).await, 1);
 
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    for t in [payments, idem.clone(), format!("{idem}_migrations")] {
+    for t in [
+        payments,
+        idem.clone(),
+        format!("{idem}_migrations"),
+        format!("{idem}_failovers"),
+    ] {
         let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {t}"))
             .execute(&pool)
             .await;

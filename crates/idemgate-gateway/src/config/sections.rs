@@ -45,7 +45,7 @@ pub struct Validated {
 pub struct Base {
     /// Store.
     pub store: StoreUrl,
-    /// How to open it.
+    /// How `serve` and `key-service` open it (with the forward journal, if any).
     pub store_options: OpenOptions,
     /// In-process purge period; `None` disables.
     pub purge_interval: Option<Duration>,
@@ -198,11 +198,12 @@ impl Config {
         }
         let store_timeout = engine.lifecycle.store_timeout;
         self.replication_section(store.as_ref(), store_timeout, errs);
+        self.journal_section(store.as_ref(), errs);
         let mut policy = self.routes_section(errs);
         policy.lifecycle = engine.lifecycle;
         Some(Base {
             store: store?,
-            store_options: self.open_options(),
+            store_options: self.serving_open_options(),
             purge_interval: Some(engine.purge_interval?).filter(|d| !d.is_zero()),
             purge_batch: engine.purge_batch?,
             gauges_interval: engine.gauges_interval,

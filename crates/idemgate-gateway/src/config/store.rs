@@ -20,6 +20,10 @@ pub(super) struct Engine {
     pub(super) gauges_interval: Option<Duration>,
 }
 
+/// The most replicas `redis_wait_replicas` may ask for: more than any Redis deployment runs
+/// (a primary with fewer connected replicas refuses every new key).
+pub(super) const MAX_WAIT_REPLICAS: u32 = 16;
+
 impl Config {
     /// The store section: `store` (parsed by its store crate) and `store_token_file`.
     pub(super) fn store_section(&self, errs: &mut Vec<String>) -> Option<StoreUrl> {
@@ -60,7 +64,8 @@ impl Config {
         }
     }
 
-    /// The store's opening options.
+    /// The store's opening options, without the forward journal: only `serve` and
+    /// `key-service` open it ([`Config::serving_open_options`]).
     pub fn open_options(&self) -> OpenOptions {
         OpenOptions {
             table: (!self.store_table.is_empty()).then(|| self.store_table.clone()),
@@ -85,10 +90,18 @@ impl Config {
             redis_wait_replicas: self.redis_wait_replicas,
             redis_wait_timeout: humantime::parse_duration(&self.redis_wait_timeout)
                 .unwrap_or(d.redis_wait_timeout),
+            forward_journal: None,
         }
     }
 
-    /// The replication keys, each refused on a store it does not apply to (naming the key):
+    /// The store URL's scheme, lower case, for messages (the rest may hold a password).
+    pub(super) fn store_scheme(&self) -> String {
+        let scheme = self.store.trim().split(':').next().unwrap_or("");
+        scheme.to_ascii_lowercase()
+    }
+
+    /// The replication keys, each refused on a store it does not apply to (naming the key),
+    /// `redis_wait_replicas` above [`MAX_WAIT_REPLICAS`] too:
     /// `require_synchronous_replication` on any store but PostgreSQL, `redis_wait_replicas`
     /// and `redis_wait_timeout` (when not their defaults) on any but Redis, and on a Redis
     /// Cluster. With replicas to wait for, `redis_wait_timeout` must be at least 1 ms (`WAIT`
@@ -101,9 +114,7 @@ impl Config {
         errs: &mut Vec<String>,
     ) {
         let Some(store) = store else { return };
-        // The scheme only: the URL may hold a password.
-        let scheme = self.store.trim().split(':').next().unwrap_or("");
-        let scheme = scheme.to_ascii_lowercase();
+        let scheme = self.store_scheme();
         let is_redis = matches!(store, StoreUrl::Redis(_));
         if self.require_synchronous_replication && !matches!(store, StoreUrl::Postgres(_)) {
             errs.push(format!(
@@ -129,6 +140,11 @@ impl Config {
                     "{key}: not on a Redis Cluster ({scheme}:): use one primary with replicas (redis:// or redis+sentinel://)"
                 ));
             }
+        }
+        if self.redis_wait_replicas > MAX_WAIT_REPLICAS {
+            errs.push(format!(
+                "redis_wait_replicas: at most {MAX_WAIT_REPLICAS} (a primary with fewer replicas refuses every new key)"
+            ));
         }
         match timeout {
             Some(t) if is_redis && self.redis_wait_replicas > 0 && t < Duration::from_millis(1) => errs.push(

@@ -8,6 +8,7 @@ use idemgate_core::LeaseExpiredPolicy;
 use idemgate_tower::PrincipalSource;
 
 mod compat;
+mod journal;
 mod principals;
 mod replication;
 

@@ -35,7 +35,9 @@ impl Drop for KeyServiceGuard {
                 let rt = tokio::runtime::Runtime::new().unwrap();
                 rt.block_on(async {
                     if let Ok(store) = idemgate_postgres::PostgresStore::connect(&url).await {
-                        let q = format!("DROP TABLE IF EXISTS {table}, {table}_migrations");
+                        let q = format!(
+                            "DROP TABLE IF EXISTS {table}, {table}_migrations, {table}_failovers"
+                        );
                         let _ = sqlx::query(&q).execute(store.pool()).await;
                     }
                 });

@@ -90,7 +90,7 @@ fn drop_table(url: &str, table: &str) {
     rt.block_on(async {
         use sqlx::Executor;
         let pool = sqlx::PgPool::connect(url).await.unwrap();
-        let sql = format!("DROP TABLE IF EXISTS {table}; DROP TABLE IF EXISTS {table}_migrations");
+        let sql = format!("DROP TABLE IF EXISTS {table}, {table}_migrations, {table}_failovers");
         pool.execute(sql.as_str()).await.unwrap();
     });
 }

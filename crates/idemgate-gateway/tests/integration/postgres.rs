@@ -14,9 +14,8 @@ fn table() -> String {
 
 async fn drop_table(url: &str, table: &str) {
     if let Ok(store) = idemgate_postgres::PostgresStore::connect(url).await {
-        let _ = sqlx::query(&format!("DROP TABLE IF EXISTS {table}, {table}_migrations"))
-            .execute(store.pool())
-            .await;
+        let sql = format!("DROP TABLE IF EXISTS {table}, {table}_migrations, {table}_failovers");
+        let _ = sqlx::query(&sql).execute(store.pool()).await;
     }
 }
 

@@ -13,16 +13,16 @@ use crate::support::*;
 
 /// A primary and its standby under `/tmp/idemgate-pg-*` (reachable by user `postgres`),
 /// stopped and deleted on drop.
-struct Cluster {
-    dir: PathBuf,
-    primary: u16,
-    standby: u16,
+pub(crate) struct Cluster {
+    pub(crate) dir: PathBuf,
+    pub(crate) primary: u16,
+    pub(crate) standby: u16,
 }
 
 impl Cluster {
     /// Starts one in `mode` (`async` or `sync`); `None`, after saying why, when this machine
     /// runs no PostgreSQL tests or has no server binaries.
-    fn start(mode: &str) -> Option<Self> {
+    pub(crate) fn start(mode: &str) -> Option<Self> {
         test_url("IDEMGATE_TEST_DATABASE_URL")?;
         // One cluster built at a time: initdb and pg_basebackup load the machine, and the
         // tests running beside them have deadlines.
@@ -55,7 +55,7 @@ impl Cluster {
     }
 
     /// Runs `postgres.sh COMMAND DIR`, asserting success.
-    fn run(&self, command: &str) {
+    pub(crate) fn run(&self, command: &str) {
         let out = script().arg(command).arg(&self.dir).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "postgres.sh {command}: {stderr}");
@@ -87,7 +87,8 @@ fn script() -> Command {
     command
 }
 
-fn table() -> String {
+/// A fresh table name (`idem_ha_` and 12 hex digits).
+pub(crate) fn table() -> String {
     format!("idem_ha_{:012x}", rand_u64() >> 16)
 }
 

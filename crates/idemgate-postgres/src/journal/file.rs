@@ -104,6 +104,16 @@ impl JournalFile {
         })
     }
 
+    /// Begins a transaction (taking the write lock).
+    pub(crate) fn begin(&self) -> rusqlite::Result<()> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")
+    }
+
+    /// Commits the transaction [`JournalFile::begin`] began (one fsync).
+    pub(crate) fn commit(&self) -> rusqlite::Result<()> {
+        self.conn.execute_batch("COMMIT")
+    }
+
     /// The sequence number the next write gets: every entry written so far has a lower one.
     pub(crate) fn next_seq(&self) -> i64 {
         self.next_seq

@@ -99,14 +99,14 @@ impl PostgresStore {
     /// Journals the outcome written for `lease`, if the store keeps a journal.
     pub(crate) async fn journal_outcome(&self, lease: &Lease, response: Option<&StoredResponse>) {
         if let Some(link) = &self.journal {
-            link.journal.outcome(lease, response).await;
+            link.journal.outcome(lease, response);
         }
     }
 
     /// Drops the entry of a released `lease`, if the store keeps a journal.
     pub(crate) async fn journal_released(&self, lease: &Lease) {
         if let Some(link) = &self.journal {
-            link.journal.released(lease).await;
+            link.journal.released(lease);
         }
     }
 }

@@ -68,8 +68,10 @@ impl Statements {
                 )),
                 ms(now),
             ),
-            // Never over a live completed or failed record, never to a lower fence; the same
-            // fence only from in_progress, with the same lease token, to an outcome.
+            // Never over a live completed or failed record, never to a lower fence. Over an
+            // in_progress record of the same fence unless it is this very lease, still in
+            // progress: another token there is an insert on the new primary after the
+            // failover, which the gate kept from being forwarded (it is being released).
             restore: format!(
                 "INSERT INTO {t} AS r (user_id, route, key, {columns}) \
                  SELECT $1, $2, $3, $4, $5, $6::text, $7::bigint, \
@@ -82,7 +84,7 @@ impl Statements {
                  ON CONFLICT (user_id, route, key) DO UPDATE SET ({columns}) = ({excluded}) \
                  WHERE r.expires_at <= {now} OR (r.state = 'in_progress' AND \
                  (r.fence < EXCLUDED.fence OR (r.fence = EXCLUDED.fence \
-                 AND r.lease_token = $8::bigint AND NOT {in_progress}))) \
+                 AND (r.lease_token IS DISTINCT FROM $8::bigint OR NOT {in_progress})))) \
                  RETURNING true"
             ),
         }

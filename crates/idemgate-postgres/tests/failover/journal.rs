@@ -123,6 +123,15 @@ async fn keys_a_failover_lost_are_restored_and_never_run_again() {
     };
     lossy_failover(&c).await;
     let promoted = Instant::now();
+    // A store with no journal (nor gate) inserts one of the lost keys on the new primary
+    // first, as a gateway's insert does when its gate closes between its check and its
+    // statement: the journal's record replaces it.
+    let plain = crate::store(&c.url(&[c.standby])).await;
+    let orphan_req = request(&lost_a[0].0, fp(1), Duration::from_secs(30), DAY);
+    let orphan = plain.insert_or_get(&orphan_req).await.expect("insert");
+    let InsertOutcome::Inserted(orphan) = orphan else {
+        panic!("the key is absent from the new primary before the journal restores it: {orphan:?}");
+    };
 
     // Every retry goes to the other store first: it holds no entry for the key.
     let mut refusals = 0;
@@ -140,6 +149,11 @@ async fn keys_a_failover_lost_are_restored_and_never_run_again() {
             "{key:?}: the first answer"
         );
     }
+    let released = plain.release(&orphan).await;
+    assert!(
+        matches!(released, Err(StoreError::LeaseLost)),
+        "{released:?}"
+    );
     println!(
         "restored and replayed {:?} after the promotion, {refusals} refusals first",
         promoted.elapsed()

@@ -102,7 +102,10 @@ async fn migrate_into_a_schema() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(tables, 3, "records, records_migrations and records_failovers");
+    assert_eq!(
+        tables, 3,
+        "records, records_migrations and records_failovers"
+    );
     sqlx::raw_sql(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
         .execute(store.pool())
         .await

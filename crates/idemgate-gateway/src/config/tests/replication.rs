@@ -124,3 +124,21 @@ fn each_key_needs_a_restart() {
         ["require_synchronous_replication"]
     );
 }
+
+#[test]
+fn redis_waits_for_a_bounded_number_of_replicas() {
+    let wait = |n: u64| {
+        errors(
+            "redis://cache:6379",
+            &format!("redis_wait_replicas = {n}\n"),
+        )
+    };
+    assert!(wait(16).is_empty(), "{:?}", wait(16));
+    for bad in [17, 2_147_483_648] {
+        assert!(
+            named(&wait(bad), "redis_wait_replicas"),
+            "{bad}: {:?}",
+            wait(bad)
+        );
+    }
+}

@@ -366,10 +366,11 @@ pub(crate) async fn delete_redis_prefix(url: &str, prefix: &str) {
     }
 }
 
-/// Drops a PostgreSQL records table and its migrations table (a test's own).
+/// Drops a PostgreSQL records table, its migrations table and its failovers table (a test's
+/// own).
 pub(crate) async fn drop_pg_table(url: &str, table: &str) {
     let pool = sqlx::PgPool::connect(url).await.unwrap();
-    let sql = format!("DROP TABLE IF EXISTS {table}, {table}_migrations");
+    let sql = format!("DROP TABLE IF EXISTS {table}, {table}_migrations, {table}_failovers");
     sqlx::query(&sql).execute(&pool).await.unwrap();
 }
 
