@@ -346,7 +346,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                 Answer::Corrupt
             }
             e => {
-                tracing::warn!(route = %key.route, error = %e, "store unavailable");
+                tracing::warn!(route = %key.route, error = %crate::report::error_text(&e), "store unavailable");
                 Answer::Unavailable(e)
             }
         }

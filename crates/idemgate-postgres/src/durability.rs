@@ -311,6 +311,15 @@ impl PostgresStore {
                 );
             report.refusing_new_keys = reason;
         }
+        if let Some(link) = &self.journal {
+            report = report.with_fact(
+                "forward journal",
+                link.journal.options.path.display().to_string(),
+            );
+            if report.refusing_new_keys.is_none() {
+                report.refusing_new_keys = link.journal.refusing();
+            }
+        }
         Ok(report)
     }
 }

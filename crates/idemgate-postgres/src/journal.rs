@@ -12,6 +12,7 @@
 mod file;
 mod gate;
 mod hooks;
+mod sql;
 mod task;
 mod writer;
 
@@ -27,7 +28,8 @@ use tokio::task::AbortHandle;
 pub(crate) use self::file::Identity;
 use self::file::{Entry, JournalFile};
 pub(crate) use self::gate::Gate;
-pub(crate) use self::task::{spawn, Primary, Statements};
+pub(crate) use self::sql::Statements;
+pub(crate) use self::task::{grace_left, spawn, Primary};
 use self::writer::Writer;
 use crate::error::PostgresStoreError;
 
@@ -88,6 +90,11 @@ pub(crate) struct Journal {
     run: i64,
     /// The identity the file held when opened.
     pub(crate) recorded: Identity,
+    /// The file's device and inode when opened.
+    file_id: Option<(u64, u64)>,
+    /// Why the file can no longer be trusted (replaced or removed under the process), once
+    /// seen: new keys are refused from then on.
+    broken: Mutex<Option<String>>,
 }
 
 /// A journal with its task, stopped when the last clone of the store is dropped.
@@ -123,6 +130,8 @@ impl Journal {
             gate: Arc::new(Gate::new()),
             options: options.clone(),
             recorded,
+            file_id: file_id(&options.path),
+            broken: Mutex::new(None),
         })
     }
 
@@ -220,6 +229,46 @@ impl Journal {
         });
     }
 
+    /// Why new keys are refused: the failover grace, or a file that can no longer be
+    /// trusted; `None` when they are not.
+    pub(crate) fn refusing(&self) -> Option<String> {
+        if let Some(broken) = self
+            .broken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Some(broken);
+        }
+        let left = self.gate.closed_for()?;
+        Some(format!(
+            "the store failed over; new keys are refused for {} ms more, until the forward \
+             journals have restored what it lost (failover_grace)",
+            left.as_millis()
+        ))
+    }
+
+    /// Checks that the file at the journal's path is still the one opened (not removed or
+    /// replaced under the process: its entries would then be lost at the next start);
+    /// when not, new keys are refused from then on and it is logged.
+    pub(crate) fn check_file(&self) {
+        let now = file_id(&self.options.path);
+        if now.is_some() && now == self.file_id {
+            return;
+        }
+        let mut broken = self.broken.lock().unwrap_or_else(|e| e.into_inner());
+        if broken.is_none() {
+            let reason = format!(
+                "forward journal: {} was removed or replaced while the process held it; new \
+                 keys are refused until the process restarts (its entries are in the file it \
+                 opened, which a restart no longer finds)",
+                self.options.path.display()
+            );
+            tracing::error!("{reason}");
+            *broken = Some(reason);
+        }
+    }
+
     /// How many entries the file holds.
     ///
     /// # Errors
@@ -235,4 +284,10 @@ impl Journal {
         self.file
             .queue("a released key", move |file| file.remove(&key, fence));
     }
+}
+
+/// The device and inode of the file at `path`, if it exists.
+fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }

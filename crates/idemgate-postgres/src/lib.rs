@@ -52,7 +52,8 @@
 //!   take-over compare-and-set.
 //! - `sync.rs`: [`PostgresOptions::with_require_synchronous_replication`] (the session
 //!   check, the refusal of new keys, the write permits, the confirmation of each write);
-//!   `durability.rs`: [`idemgate_core::gauges::GaugedStore::durability`], read from the
+//!   `guarded.rs`: the runner of those writes (a permit, a task of its own, the
+//!   confirmation); `durability.rs`: [`idemgate_core::gauges::GaugedStore::durability`], read from the
 //!   replication settings and the standbys.
 //! - `journal.rs`: the forward journal ([`ForwardJournalOptions`]): a local file of the
 //!   keys this process acquired, written back after a failover that lost them.

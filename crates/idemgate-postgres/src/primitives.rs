@@ -95,6 +95,28 @@ impl PostgresStore {
         }
     }
 
+    /// `complete` (with `response`) or `fail` (without), without the forward journal.
+    pub(crate) async fn outcome_direct(
+        &self,
+        lease: &Lease,
+        response: Option<&StoredResponse>,
+    ) -> Result<(), StoreError> {
+        match (&self.sync, response) {
+            (None, Some(response)) => self.complete_on(&self.pool, lease, response).await,
+            (None, None) => held(self.pool.execute(cas(&self.sql.fail, lease)).await),
+            (Some(guard), response) => {
+                let write = match response {
+                    Some(response) => Write::Complete {
+                        lease: lease.clone(),
+                        response: response.clone(),
+                    },
+                    None => Write::Fail(lease.clone()),
+                };
+                self.guarded_write(guard, write).await?.outcome()
+            }
+        }
+    }
+
     /// `release` without the forward journal.
     pub(crate) async fn release_direct(&self, lease: &Lease) -> Result<(), StoreError> {
         match &self.sync {
@@ -174,37 +196,30 @@ impl IdempotencyStore for PostgresStore {
         self.guarded_write(guard, write).await?.renew()
     }
 
+    /// With a forward journal, see `journal/hooks.rs`.
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
-        match &self.sync {
-            None => self.complete_on(&self.pool, lease, response).await?,
-            Some(guard) => {
-                let write = Write::Complete {
-                    lease: lease.clone(),
-                    response: response.clone(),
-                };
-                self.guarded_write(guard, write).await?.outcome()?;
+        match &self.journal {
+            Some(link) => {
+                self.outcome_journaled(&link.journal, lease, Some(response))
+                    .await
             }
+            None => self.outcome_direct(lease, Some(response)).await,
         }
-        self.journal_outcome(lease, Some(response)).await;
-        Ok(())
     }
 
     async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        match &self.sync {
-            Some(guard) => self
-                .guarded_write(guard, Write::Fail(lease.clone()))
-                .await?
-                .outcome()?,
-            None => held(self.pool.execute(cas(&self.sql.fail, lease)).await)?,
+        match &self.journal {
+            Some(link) => self.outcome_journaled(&link.journal, lease, None).await,
+            None => self.outcome_direct(lease, None).await,
         }
-        self.journal_outcome(lease, None).await;
-        Ok(())
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.release_direct(lease).await?;
-        self.journal_released(lease).await;
-        Ok(())
+        let released = self.release_direct(lease).await;
+        if matches!(released, Ok(()) | Err(StoreError::LeaseLost)) {
+            self.journal_released(lease);
+        }
+        released
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {

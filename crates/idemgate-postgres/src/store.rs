@@ -130,19 +130,38 @@ impl PostgresStore {
             store = store.with_schema(schema)?;
         }
         if let Some(journal) = journal {
-            store.journal = Some(store.start_journal(journal));
+            store.journal = Some(store.start_journal(journal).await);
         }
         store.requiring_sync(options).await
     }
 
-    /// Starts `journal`'s task on this store's pool and table.
-    fn start_journal(&self, journal: Journal) -> Arc<JournalLink> {
-        let statements = Arc::new(Mutex::new(Arc::new(journal::Statements::new(&self.table))));
-        let journal = Arc::new(journal);
+    /// Starts `journal`'s task on this store's pool and table, its gate closed first when
+    /// the store's failovers table records a failover to the current timeline whose
+    /// `failover_grace` has not passed (a process started or restarted during it), or when
+    /// that cannot be read.
+    async fn start_journal(&self, journal: Journal) -> Arc<JournalLink> {
+        let sql = Arc::new(journal::Statements::new(&self.table));
         let primary: Arc<dyn journal::Primary> = match self.link.cluster() {
             Some(cluster) => cluster,
             None => Arc::new(connect::Unchecked),
         };
+        let identity = primary.identity();
+        if let Some(timeline) = identity.timeline {
+            let id = identity.system_identifier;
+            let grace = journal.options.failover_grace;
+            match sql.recorded_failover(&self.pool, id, timeline).await {
+                Ok(Some((first, now))) if !journal::grace_left(first, now, grace).is_zero() => {
+                    journal.gate.failover_seen()
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %idemgate_core::report::error_text(&e), "forward journal: the failovers table cannot be read; new keys wait for the journal's task");
+                    journal.gate.failover_seen()
+                }
+            }
+        }
+        let statements = Arc::new(Mutex::new(sql));
+        let journal = Arc::new(journal);
         let task = journal::spawn(
             journal.clone(),
             statements.clone(),

@@ -15,6 +15,13 @@ use crate::store::{OpenOptions, StoreUrl};
 
 /// The shortest `forward_journal_window` accepted: entries are confirmed once a second.
 const MIN_WINDOW: Duration = Duration::from_secs(1);
+/// The longest `forward_journal_window` accepted: a day of entries.
+const MAX_WINDOW: Duration = Duration::from_secs(86_400);
+/// The shortest `failover_grace` accepted: every process checks its connections once a
+/// second, so a shorter grace opens before the others have noticed the failover.
+const MIN_GRACE: Duration = Duration::from_secs(2);
+/// The longest `failover_grace` accepted: every new key waits this long after a failover.
+const MAX_GRACE: Duration = Duration::from_secs(600);
 
 impl Config {
     /// The forward journal of `forward_journal_file` (made absolute against the working
@@ -52,15 +59,21 @@ impl Config {
     }
 
     /// The journal's keys, each problem naming its key: a duration that does not parse, a
-    /// window below 1 s, a file path that is a directory, and any of the three set (the
+    /// window outside 1 s..24 h, a grace outside 2 s..10 min, a file path that is a directory, and any of the three set (the
     /// durations: to other than their defaults) on a store that is not PostgreSQL. `store` is
     /// `None` when invalid (reported already).
     pub(super) fn journal_section(&self, store: Option<&StoreUrl>, errs: &mut Vec<String>) {
         let window = duration("forward_journal_window", &self.forward_journal_window, errs);
         let grace = duration("failover_grace", &self.failover_grace, errs);
-        if window.is_some_and(|w| w < MIN_WINDOW) {
+        if window.is_some_and(|w| w < MIN_WINDOW || w > MAX_WINDOW) {
             errs.push(
-                "forward_journal_window: must be at least 1s (entries are confirmed once a second)"
+                "forward_journal_window: must be between 1s (entries are confirmed once a second) and 24h"
+                    .into(),
+            );
+        }
+        if grace.is_some_and(|g| g < MIN_GRACE || g > MAX_GRACE) {
+            errs.push(
+                "failover_grace: must be between 2s (every process checks its connections once a second) and 10m"
                     .into(),
             );
         }

@@ -21,6 +21,8 @@ pub(crate) struct Gate {
     opens_at: Mutex<Option<Instant>>,
     /// Wakes the journal's task when a failover is seen.
     pub(crate) wake: Notify,
+    /// Wakes the outcome writes waiting for a restore ([`Gate::wait_restored`]).
+    restored_wake: Notify,
 }
 
 impl Gate {
@@ -55,6 +57,22 @@ impl Gate {
         let mut opens_at = self.lock();
         if self.seen.load(Ordering::SeqCst) == failovers {
             *opens_at = Some(at);
+        }
+        drop(opens_at);
+        self.restored_wake.notify_waiters();
+    }
+
+    /// Waits, at most `limit`, until every failover seen so far is restored; true if it is.
+    pub(crate) async fn wait_restored(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let notified = self.restored_wake.notified();
+            if self.open.load(Ordering::SeqCst) || self.lock().is_some() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
         }
     }
 

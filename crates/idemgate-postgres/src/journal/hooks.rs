@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use idemgate_core::{
-    IdempotencyRecord, InsertOutcome, InsertRequest, Lease, LeaseToken, StoreError, StoredResponse,
+    IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
+    RecordState, StoreError, StoredResponse,
 };
 
 use super::Journal;
@@ -20,9 +21,29 @@ use crate::store::PostgresStore;
 )]
 pub(crate) struct FailoverGrace(pub(crate) Duration);
 
+/// The longest an outcome write refused during a failover waits for the restore.
+const RESTORE_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether `record` holds the outcome `response` stands for (`None`: failed).
+fn landed(record: &IdempotencyRecord, response: Option<&StoredResponse>) -> bool {
+    match response {
+        Some(response) => record.response.as_ref() == Some(response),
+        None => record.state == RecordState::Failed,
+    }
+}
+
 impl Journal {
-    /// [`StoreError::Refused`] while the gate is closed.
+    /// [`StoreError::Refused`] while the gate is closed; [`StoreError::Unavailable`] once
+    /// the file cannot be trusted.
     fn refuse_if_closed(&self) -> Result<(), StoreError> {
+        if let Some(broken) = self
+            .broken
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Err(StoreError::Unavailable(broken.into()));
+        }
         match self.gate.closed_for() {
             Some(left) => Err(StoreError::Refused(Box::new(FailoverGrace(left)))),
             None => Ok(()),
@@ -96,15 +117,37 @@ impl PostgresStore {
         }
     }
 
-    /// Journals the outcome written for `lease`, if the store keeps a journal.
-    pub(crate) async fn journal_outcome(&self, lease: &Lease, response: Option<&StoredResponse>) {
-        if let Some(link) = &self.journal {
-            link.journal.outcome(lease, response);
+    /// `complete` (with `response`) or `fail` with the journal. The outcome is journaled
+    /// whether or not the store took it. Refused (`LeaseLost`) while a failover is being
+    /// handled (the record was lost with the old primary and not restored yet), the write
+    /// waits for the restore, which carries the journaled outcome, and tries again: it
+    /// succeeds where the restore gave the lease back, and counts as landed where the
+    /// restore wrote this outcome (the record then holds it, at this fence).
+    pub(crate) async fn outcome_journaled(
+        &self,
+        journal: &Journal,
+        lease: &Lease,
+        response: Option<&StoredResponse>,
+    ) -> Result<(), StoreError> {
+        let wrote = self.outcome_direct(lease, response).await;
+        if !matches!(wrote, Ok(()) | Err(StoreError::LeaseLost)) {
+            return wrote;
+        }
+        journal.outcome(lease, response);
+        if wrote.is_ok() || !journal.gate.wait_restored(RESTORE_WAIT).await {
+            return wrote;
+        }
+        match self.outcome_direct(lease, response).await {
+            Err(StoreError::LeaseLost) => match self.get(&lease.key).await? {
+                Some(r) if r.fence == lease.fence && landed(&r, response) => Ok(()),
+                _ => Err(StoreError::LeaseLost),
+            },
+            again => again,
         }
     }
 
     /// Drops the entry of a released `lease`, if the store keeps a journal.
-    pub(crate) async fn journal_released(&self, lease: &Lease) {
+    pub(crate) fn journal_released(&self, lease: &Lease) {
         if let Some(link) = &self.journal {
             link.journal.released(lease);
         }

@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use idemgate_core::record::{duration_ms, now_millis};
 use idemgate_core::report::error_text;
-use idemgate_core::{response_checksum, RecordState, StoreError};
+use idemgate_core::StoreError;
 use sqlx::{PgPool, Row};
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::file::{Entry, Identity};
+use super::file::Identity;
+use super::sql::{Statements, RESTORE_BATCH};
 use super::Journal;
 use crate::error::classify;
-use crate::sql::{ms, Table, NOW};
 
 /// How often entries are confirmed and the window applied.
 const TICK: Duration = Duration::from_secs(1);
@@ -30,66 +30,6 @@ const RETRY: Duration = Duration::from_millis(500);
 const POSITIONS: &str = "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint, \
      (SELECT min(replay_lsn - '0/0'::pg_lsn)::bigint FROM pg_stat_replication \
      WHERE state = 'streaming'), substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)";
-
-/// The SQL of the failover record and of the restore, for one table.
-#[derive(Debug)]
-pub(crate) struct Statements {
-    /// `$1` timeline. Records its first detection (database clock) unless recorded;
-    /// returns `(first detection ms, now ms)`; the first is NULL when a concurrent record
-    /// is not visible yet (try again).
-    failover: String,
-    /// `$1..$3` key, `$4` digest, `$5` fp version, `$6` state, `$7` fence, `$8` token,
-    /// `$9` lease ms (0: lapsed), `$10` record expiry ms, `$11..$14` status, headers, body,
-    /// replayable, `$15` checksum. Returns a row when the entry was written.
-    restore: String,
-}
-
-impl Statements {
-    pub(crate) fn new(table: &Table) -> Self {
-        let (t, f, now) = (table.qualified(), table.failovers(), NOW);
-        let lease = format!("{now} + $9::bigint * interval '1 millisecond'");
-        let in_progress = "$6::text = 'in_progress'";
-        let columns = "request_hash, fingerprint_version, state, fence, lease_token, \
-             lease_expires_at, created_at, completed_at, expires_at, status, response_headers, \
-             response, replayable, response_checksum, response_checksum_fence";
-        let excluded = columns
-            .split(", ")
-            .map(|c| format!("EXCLUDED.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        Self {
-            failover: format!(
-                "WITH ins AS (INSERT INTO {f} (timeline, first_seen_at) VALUES ($1, {now}) \
-                 ON CONFLICT (timeline) DO NOTHING RETURNING first_seen_at) \
-                 SELECT {}, {}",
-                ms(&format!(
-                    "coalesce((SELECT first_seen_at FROM ins), \
-                     (SELECT first_seen_at FROM {f} WHERE timeline = $1))"
-                )),
-                ms(now),
-            ),
-            // Never over a live completed or failed record, never to a lower fence. Over an
-            // in_progress record of the same fence unless it is this very lease, still in
-            // progress: another token there is an insert on the new primary after the
-            // failover, which the gate kept from being forwarded (it is being released).
-            restore: format!(
-                "INSERT INTO {t} AS r (user_id, route, key, {columns}) \
-                 SELECT $1, $2, $3, $4, $5, $6::text, $7::bigint, \
-                 CASE WHEN {in_progress} THEN $8::bigint END, \
-                 CASE WHEN {in_progress} THEN {lease} END, {now}, \
-                 CASE WHEN NOT {in_progress} THEN {now} END, \
-                 greatest(to_timestamp($10::bigint / 1000.0), {lease}), \
-                 $11::integer, $12::bytea, $13::bytea, $14::boolean, $15::bytea, \
-                 CASE WHEN $15::bytea IS NOT NULL THEN $7::bigint END \
-                 ON CONFLICT (user_id, route, key) DO UPDATE SET ({columns}) = ({excluded}) \
-                 WHERE r.expires_at <= {now} OR (r.state = 'in_progress' AND \
-                 (r.fence < EXCLUDED.fence OR (r.fence = EXCLUDED.fence \
-                 AND (r.lease_token IS DISTINCT FROM $8::bigint OR NOT {in_progress})))) \
-                 RETURNING true"
-            ),
-        }
-    }
-}
 
 /// The store's view of the primary, kept by its connection checks.
 pub(crate) trait Primary: Send + Sync + 'static {
@@ -180,75 +120,46 @@ impl Task {
         }
     }
 
-    /// Records the failover, restores every entry and records the new identity; returns
-    /// how long new keys stay refused.
+    /// Records the failover, restores every entry (in batches of [`RESTORE_BATCH`]) and
+    /// records the new identity; returns how long new keys stay refused.
     async fn restore(&self) -> Result<Duration, StoreError> {
         let identity = self.primary.identity();
         let timeline = identity.timeline.ok_or_else(|| {
             StoreError::Unavailable("the primary's timeline is not known yet".into())
         })?;
         let sql = self.statements();
-        let row = sqlx::query(&sql.failover)
-            .bind(i64::from(timeline))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(classify)?;
-        let (first, now): (Option<i64>, i64) = (
-            row.try_get(0).map_err(classify)?,
-            row.try_get(1).map_err(classify)?,
-        );
-        let first = first.ok_or_else(|| {
-            StoreError::Unavailable("the failover's record is not visible yet".into())
-        })?;
+        let id = identity.system_identifier;
+        let (first, now) = sql.record_failover(&self.pool, id, timeline).await?;
+        let started = Instant::now();
         let entries = self.journal.with_file(|file| file.entries()).await?;
         let mut restored = 0u64;
-        for entry in &entries {
-            if self.restore_entry(&sql, entry).await? {
-                restored += 1;
-            }
+        for batch in entries.chunks(RESTORE_BATCH) {
+            restored += sql.restore(&self.pool, batch, self.journal.run).await?;
         }
         self.journal
             .with_file(move |file| file.set_identity(identity))
             .await?;
-        let grace = duration_ms(self.journal.options.failover_grace);
-        let left = u64::try_from(first + grace - now).unwrap_or(0);
+        let took = started.elapsed();
+        let left = grace_left(first, now, self.journal.options.failover_grace);
         metrics::counter!("idempotency_forward_journal_restored_total").increment(restored);
         tracing::warn!(
             timeline,
             entries = entries.len(),
             restored,
-            refused_for_ms = left,
+            took_ms = took.as_millis() as u64,
+            refused_for_ms = left.as_millis() as u64,
             "forward journal: failover handled, the entries the store lacked are restored; new keys are refused until failover_grace has passed since its first detection"
         );
-        Ok(Duration::from_millis(left))
-    }
-
-    /// Writes `entry` back where the store lacks it; true when it did.
-    async fn restore_entry(&self, sql: &Statements, entry: &Entry) -> Result<bool, StoreError> {
-        let held = entry.run == self.journal.run && entry.state == RecordState::InProgress;
-        let lease_ms = if held { entry.lease_ttl_ms } else { 0 };
-        let response = entry.response.as_ref();
-        let checksum = response.map(|r| response_checksum(&entry.key, r).to_vec());
-        let query = crate::store::key_query(&sql.restore, &entry.key)
-            .bind(&entry.fingerprint.digest[..])
-            .bind(i32::from(entry.fingerprint.version))
-            .bind(entry.state.as_str())
-            .bind(entry.fence)
-            .bind(entry.token.0)
-            .bind(lease_ms)
-            .bind(entry.expires_at_ms)
-            .bind(response.map(|r| i32::from(r.status)))
-            .bind(response.map(|r| r.encode_headers()))
-            .bind(response.map(|r| r.body.to_vec()))
-            .bind(response.map(|r| r.replayable))
-            .bind(checksum);
-        let row = query.fetch_optional(&self.pool).await.map_err(classify)?;
-        Ok(row.is_some())
+        if left.is_zero() && !entries.is_empty() {
+            tracing::error!(took_ms = took.as_millis() as u64, "forward journal: the restore ended after failover_grace had passed: other processes took new keys before it, and retries of these keys there may have run again; raise failover_grace");
+        }
+        Ok(left)
     }
 
     /// Drops the entries a standby has replayed and those past the window; updates the
     /// gauge. Errors are logged (the next tick tries again).
     async fn tick(&mut self) {
+        self.journal.check_file();
         if let Err(e) = self.confirm().await {
             tracing::debug!(error = %error_text(&e), "forward journal: no confirmation this tick");
         }
@@ -319,4 +230,12 @@ impl Task {
             .await?;
         Ok(())
     }
+}
+
+/// How long new keys stay refused after a failover first detected at `first` (ms, database
+/// clock, `now` its now): the rest of `grace`, never more than `grace`.
+pub(crate) fn grace_left(first: i64, now: i64, grace: Duration) -> Duration {
+    let grace = duration_ms(grace);
+    let elapsed = now.saturating_sub(first).max(0);
+    Duration::from_millis(u64::try_from(grace.saturating_sub(elapsed)).unwrap_or(0))
 }

@@ -362,3 +362,96 @@ async fn entries_are_dropped_once_a_standby_replayed_them_or_at_the_window() {
     .await;
     c.resume().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_started_in_the_grace_waits_and_an_outcome_the_failover_refused_lands() {
+    let Some(c) = Cluster::start("async") else {
+        return;
+    };
+    // A virtual IP: the store follows the failover only when it opens a new connection, so
+    // the outcome below reaches the new primary before any restore.
+    let vip = crate::relay::Relay::start(c.primary).await;
+    let url = c.url(&[vip.port]);
+    let dir = JournalDir::new();
+    let grace = Duration::from_secs(8);
+    let with_grace = |name: &str| {
+        let mut options = dir.options(name);
+        options.failover_grace = grace;
+        options
+    };
+    let a = journaled(&url, with_grace("a.journal")).await;
+    // A failover of another database on the same timeline number, long ago (carried over
+    // by a dump and restore): it must not shorten this one's grace.
+    let failovers = format!("\"{}_failovers\"", a.table_name());
+    let old = format!("INSERT INTO {failovers} VALUES (12345, 2, now() - interval '30 days')");
+    sqlx::raw_sql(&old)
+        .execute(a.pool())
+        .await
+        .expect("old row");
+    replicated(c.standby, &format!("{}_failovers", a.table_name()), 1).await;
+
+    c.stall().await;
+    let running = unique_key("alice");
+    let req = request(&running, fp(1), Duration::from_secs(30), DAY);
+    let InsertOutcome::Inserted(lease) = a.insert_or_get(&req).await.expect("insert") else {
+        panic!("a fresh key is inserted");
+    };
+    lossy_failover(&c).await;
+    vip.point_to(c.standby);
+    let promoted = Instant::now();
+
+    // Its outcome, written after the failover lost its record: refused by the new primary
+    // until the journal restores the record, then landed.
+    let answer = response(9);
+    eventually(Duration::from_secs(40), "the outcome lands", || async {
+        match a.complete(&lease, &answer).await {
+            Err(StoreError::Unavailable(_) | StoreError::Timeout) => None,
+            done => {
+                done.expect("the outcome lands after the restore");
+                Some(())
+            }
+        }
+    })
+    .await;
+
+    // A process started now, with a journal of its own that saw no failover, waits for the
+    // grace all the same.
+    let id = a.system_identifier().unwrap_or(0) as i64;
+    let recorded = format!("SELECT count(*) FROM {failovers} WHERE system_identifier = {id}");
+    eventually(
+        Duration::from_secs(10),
+        "the failover is recorded",
+        || async {
+            let n: i64 = sqlx::query_scalar(&recorded)
+                .fetch_one(a.pool())
+                .await
+                .ok()?;
+            (n == 1).then_some(())
+        },
+    )
+    .await;
+    let d = journaled(&url, with_grace("d.journal")).await;
+    let fresh = request(&unique_key("alice"), fp(1), Duration::from_secs(30), DAY);
+    let early = d.insert_or_get(&fresh).await;
+    assert!(
+        promoted.elapsed() < grace,
+        "the case ran too slowly to test the grace"
+    );
+    assert!(matches!(early, Err(StoreError::Refused(_))), "{early:?}");
+    let (record, _) = retried(&d, &running).await;
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.response.as_ref(), Some(&answer));
+    eventually(
+        Duration::from_secs(20),
+        "fresh keys after the grace",
+        || async {
+            matches!(
+                d.insert_or_get(&fresh).await,
+                Ok(InsertOutcome::Inserted(_))
+            )
+            .then_some(())
+        },
+    )
+    .await;
+    assert!(promoted.elapsed() >= grace - Duration::from_secs(2));
+}

@@ -81,7 +81,25 @@ fn the_window_is_at_least_a_second() {
     assert!(named(&errs, "forward_journal_window"), "{errs:?}");
     let errs = errors("postgres://db/pay", "failover_grace = \"later\"\n");
     assert!(named(&errs, "failover_grace"), "{errs:?}");
-    assert!(errors("postgres://db/pay", "failover_grace = \"0s\"\n").is_empty());
+    assert!(named(&with("25h"), "forward_journal_window"));
+}
+
+#[test]
+fn the_grace_outlasts_the_connection_checks_and_is_bounded() {
+    let with = |grace: &str| {
+        errors(
+            "postgres://db/pay",
+            &format!("failover_grace = \"{grace}\"\n"),
+        )
+    };
+    assert!(with("2s").is_empty() && with("10m").is_empty());
+    for bad in ["0s", "1s", "11m", "300000000y"] {
+        assert!(
+            named(&with(bad), "failover_grace"),
+            "{bad}: {:?}",
+            with(bad)
+        );
+    }
 }
 
 #[test]
