@@ -79,6 +79,9 @@ catalogue! {
     BODY_TOO_LARGE = 413, "body-too-large", "Request body too large";
     /// The body could not be read.
     BODY_UNREADABLE = 400, "body-unreadable", "Request body unreadable";
+    /// The gateway's (or key service's) listener: the request head did not arrive within
+    /// `header_read_timeout`, or the body stalled past `body_read_timeout`.
+    REQUEST_TIMEOUT = 408, "request-timeout", "Request timeout";
     /// The first request with this key is still running.
     REQUEST_IN_FLIGHT = 409, "request-in-flight", "Request in progress";
     /// The key was used with a different request (`422`, or the route's status).

@@ -79,11 +79,13 @@ pub struct Config {
     pub forward_journal_file: String,
     /// The longest a journal entry is kept without a standby confirming it: then it is
     /// dropped, logged and counted in `idempotency_forward_journal_expired_total` (a failover
-    /// after that can run its key again). At least `1s`. Restart-only. Default `10m`.
+    /// after that can run its key again). From `1s` to `24h`. Restart-only. Default `10m`.
     pub forward_journal_window: String,
     /// With `forward_journal_file`: after a failover, new keys get `503` (replays are still
     /// served) until this long after the first process on the store noticed it, so every
-    /// journal restores its entries first. Restart-only. Default `10s`.
+    /// journal restores its entries first; a process that starts during it waits too. From
+    /// `2s` to `10m`: above the time every process needs to notice the failover (connections
+    /// are checked once a second) and restore its entries. Restart-only. Default `10s`.
     pub failover_grace: String,
     /// Outcome writes not yet landed (store slow or down) past which new requests get
     /// `503`. Default 1024.
@@ -97,6 +99,25 @@ pub struct Config {
     /// ([`MAX_RESPONSE_HEADERS_LIMIT`]); a response with more is `502` and its key fails (the
     /// upstream may have run). Default 256.
     pub max_response_headers: usize,
+    /// Longest time a client may take to send a whole request head: from the accept (after
+    /// the TLS handshake) for its first request, from the head's first byte for the next
+    /// ones. Past it the client gets `408 request-timeout` and the connection is closed. Every
+    /// listener of `serve` and `key-service`, the admin listener too. Restart-only. Default
+    /// `10s`.
+    pub header_read_timeout: String,
+    /// Longest wait for the next bytes of a request body. Past it the request gets `408
+    /// request-timeout` and the connection is closed; a request with a key then stores and
+    /// forwards nothing. Every listener. Restart-only. Default `30s`.
+    pub body_read_timeout: String,
+    /// Longest time a kept-alive connection waits for the next request once a response ended;
+    /// past it the connection is closed. Every listener. Restart-only. Default `60s`.
+    pub idle_timeout: String,
+    /// Most connections open at once on the gateway's (or the key service's) listener, 1 to
+    /// 1000000; past it new ones wait in the listen backlog until one closes (the admin
+    /// listener has its own 128). The gateway warns at start-up when the open-file limit is
+    /// below 2 × `max_connections` (each client's request may hold an upstream connection) +
+    /// 384 (1 × for the key service). Restart-only. Default 10000.
+    pub max_connections: usize,
     /// The key header's name. Default `Idempotency-Key`.
     pub header_name: String,
     /// Methods covered on every path; a `[[routes]]` entry covers its own method too
@@ -184,6 +205,10 @@ impl Default for Config {
             max_pending_outcome_bytes: engine.max_pending_outcome_bytes,
             upstream_timeout: "60s".into(),
             max_response_headers: 256,
+            header_read_timeout: "10s".into(),
+            body_read_timeout: "30s".into(),
+            idle_timeout: "60s".into(),
+            max_connections: 10_000,
             header_name: "Idempotency-Key".into(),
             methods: vec!["POST".into(), "PATCH".into()],
             override_headers: idemgate_tower::policy::DEFAULT_OVERRIDE_HEADERS
@@ -294,6 +319,7 @@ impl Config {
 
 mod journal;
 mod jwt;
+mod limits;
 mod load;
 mod parse;
 mod route;
@@ -305,6 +331,7 @@ mod tests;
 mod tls;
 
 pub use jwt::JwtConfig;
+pub use limits::MAX_CONNECTIONS_LIMIT;
 use parse::setting;
 pub use route::RouteTable;
 pub use scope::ScopeSettings;

@@ -1,9 +1,9 @@
 //! One host for `idemgate serve` and `idemgate key-service`, in the shape of pingora's
 //! `Server`: the [`Host`] owns what every service shares (the admin listener with
 //! `/healthz`, `/readyz` and `/metrics`, the shutdown watch, the in-process purge, the
-//! store gauges and what the store can lose, [`crate::durability`]); a [`Service`] (the
-//! gateway's proxy, the key service's API) answers on its listener until shutdown, then
-//! drains.
+//! store gauges and what the store can lose, [`crate::durability`], the listeners'
+//! connection limits, [`crate::connections`]); a [`Service`] (the gateway's proxy, the key
+//! service's API) answers on its listener until shutdown, then drains.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,7 +14,7 @@ use anyhow::Context;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::serve::{Listener, ListenerExt};
+use axum::serve::Listener;
 use axum::Router;
 use http::StatusCode;
 use idemgate_core::{IdempotencyStore, PurgeHandle};
@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::Base;
+use crate::connections::{Counting, Limits, Listening, ADMIN, SERVICE};
 use crate::durability::DurabilityState;
 use crate::linger::{Linger, LingerListener};
 use crate::purge::{PurgeOptions, QuietProgress};
@@ -46,6 +47,13 @@ pub trait Service: Send {
     {
         async {}
     }
+
+    /// Files each client connection may hold open: 1, or 2 for a service that opens an
+    /// upstream connection per request in flight (the gateway). The start-up check of the
+    /// open-file limit reads it ([`crate::connections::check_file_limit`]).
+    fn files_per_connection(&self) -> usize {
+        1
+    }
 }
 
 /// A router alone: answers until shutdown, nothing to drain.
@@ -57,7 +65,8 @@ impl Service for Router {
 
 /// The start of a serving command: installs `base`'s log hash secret, binds the service's
 /// listener (`listen`: its configuration key and address) and the admin listener, if
-/// enabled, and opens the store.
+/// enabled (both with a backlog of [`crate::connections::LISTEN_BACKLOG`]), and opens the
+/// store.
 ///
 /// # Errors
 /// An address that cannot be bound, named with its configuration key; a store that cannot
@@ -67,17 +76,17 @@ pub async fn prepare(
     listen: (&str, SocketAddr),
     admin: (&str, Option<SocketAddr>),
 ) -> anyhow::Result<(TcpListener, Option<TcpListener>, Arc<AnyStore>)> {
-    async fn one((key, addr): (&str, SocketAddr)) -> anyhow::Result<TcpListener> {
-        let bound = TcpListener::bind(addr).await;
+    fn one((key, addr): (&str, SocketAddr)) -> anyhow::Result<TcpListener> {
+        let bound = crate::connections::bind(addr);
         bound.with_context(|| format!("{key}: cannot bind {addr}"))
     }
     if let Some(secret) = &base.log_hash_key {
         idemgate_core::loghash::set_secret(secret.as_bytes())
             .map_err(|e| anyhow::anyhow!("log_hash_key: {e}"))?;
     }
-    let listener = one(listen).await?;
+    let listener = one(listen)?;
     let admin = match admin {
-        (key, Some(addr)) => Some(one((key, addr)).await?),
+        (key, Some(addr)) => Some(one((key, addr))?),
         (_, None) => None,
     };
     let store = crate::store::open(&base.store, &base.store_options).await?;
@@ -92,6 +101,10 @@ pub struct Host {
     tls: Option<Arc<rustls::ServerConfig>>,
     /// The answer to differing `Content-Length` values.
     problem: LengthProblem,
+    /// The listeners' timeouts and `max_connections`.
+    limits: Limits,
+    /// The base of problem `type`s (the `408` answers').
+    type_base: String,
     stop: watch::Receiver<bool>,
     /// Stops the purge when dropped.
     purge: Option<PurgeHandle>,
@@ -121,6 +134,8 @@ impl Host {
         let host = Self {
             tls: config.tls.listener.clone(),
             problem: LengthProblem::new(&config.policy.problem_type_base),
+            limits: config.connections,
+            type_base: config.policy.problem_type_base.clone(),
             stop,
             purge: None,
         };
@@ -184,38 +199,42 @@ impl Host {
         if let Ok(addr) = admin.local_addr() {
             tracing::info!(admin = %addr, "idemgate admin listening");
         }
+        let limits = self.limits.admin();
+        let conf = Listening::new(ADMIN, limits, &self.type_base);
+        let admin = Counting::new(admin, ADMIN, limits.max_connections);
         let stopped = self.stopped();
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(admin, app)
-                .with_graceful_shutdown(stopped)
-                .await
-            {
-                tracing::error!(error = %e, "admin listener failed");
-            }
-        });
+        tokio::spawn(crate::connections::serve(admin, app, conf, stopped));
     }
 
     /// Serves `service` on `listener` (TLS with `tls_cert_file`) until shutdown, then stops
-    /// the purge and runs [`Service::drain`].
+    /// the purge and runs [`Service::drain`]. At start, warns when the open-file limit is
+    /// below what `max_connections` needs ([`crate::connections::check_file_limit`]).
     ///
-    /// Responses go out as soon as they are written (no Nagle delay); connections linger on
-    /// close, so an answer sent before the request body was read (`413`) reaches a client
-    /// still sending it; hyper's bare `400` to differing `Content-Length` values gets a
-    /// problem+json body.
+    /// At most `max_connections` connections are open, each within the listener's timeouts
+    /// ([`crate::connections`]). Responses go out as soon as they are written (no Nagle
+    /// delay); connections linger on close, so an answer sent before the request body was
+    /// read (`413`) reaches a client still sending it; hyper's bare `400` to differing
+    /// `Content-Length` values gets a problem+json body.
     ///
     /// # Errors
-    /// When the listener fails.
+    /// None today: a failed accept is logged and retried.
     pub async fn run(self, listener: TcpListener, service: impl Service) -> anyhow::Result<()> {
-        let listener = LingerListener::new(listener, Linger::default()).tap_io(|tcp| {
-            let _ = tcp.get_ref().set_nodelay(true);
-        });
-        let (app, problem, stopped) = (service.router(), self.problem.clone(), self.stopped());
+        let max = self.limits.max_connections;
+        crate::connections::check_file_limit(max, service.files_per_connection());
+        let counted = Counting::new(listener, SERVICE, max);
+        let listener = LingerListener::new(counted, Linger::default());
+        let conf = Listening::new(SERVICE, self.limits, &self.type_base);
+        let (app, stopped, problem) = (service.router(), self.stopped(), &self.problem);
         match &self.tls {
             Some(tls) => {
                 let tls = TlsListener::new(listener, tls.clone());
-                serve(tls, problem, app, stopped).await?
+                let listener = Wrapped::length_problem(tls, problem);
+                crate::connections::serve(listener, app, conf, stopped).await
             }
-            None => serve(listener, problem, app, stopped).await?,
+            None => {
+                let listener = Wrapped::length_problem(listener, problem);
+                crate::connections::serve(listener, app, conf, stopped).await
+            }
         }
         drop(self.purge);
         service.drain().await;
@@ -223,26 +242,22 @@ impl Host {
     }
 }
 
-/// Serves `app` on `listener`, its connections answering differing `Content-Length` values
-/// with `problem`, until `stopped`.
-async fn serve<L: Listener<Addr = SocketAddr>>(
-    listener: L,
-    problem: LengthProblem,
-    app: Router,
-    stopped: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = Wrapped(listener, move |io| {
-        LengthProblemIo::new(io, problem.clone())
-    });
-    // `tap_io` gives the wrapped listener axum's `ConnectInfo<SocketAddr>`.
-    let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener.tap_io(|_| {}), app)
-        .with_graceful_shutdown(stopped)
-        .await
-}
-
 /// A listener whose connections are wrapped (by the function) as they are accepted.
 struct Wrapped<L, F>(L, F);
+
+impl<L: Listener> Wrapped<L, ()> {
+    /// `listener`, its connections answering differing `Content-Length` values with
+    /// `problem`.
+    fn length_problem(
+        listener: L,
+        problem: &LengthProblem,
+    ) -> Wrapped<L, impl FnMut(L::Io) -> LengthProblemIo<L::Io> + Send + 'static> {
+        let problem = problem.clone();
+        Wrapped(listener, move |io| {
+            LengthProblemIo::new(io, problem.clone())
+        })
+    }
+}
 
 impl<L, F, Io> Listener for Wrapped<L, F>
 where

@@ -20,8 +20,9 @@ use crate::store::{AnyStore, StoreUrl};
 /// Flags of `key-service` (they override the file).
 #[derive(Debug, Args)]
 pub struct KeyServiceArgs {
-    /// TOML configuration file: `store*`, `tls_*`, `purge_*`, `gauges_interval` and the
-    /// `[key_service]` section (`upstream` is not needed).
+    /// TOML configuration file: `store*`, `tls_*`, `purge_*`, `gauges_interval`, the
+    /// connection bounds (`header_read_timeout`, `body_read_timeout`, `idle_timeout`,
+    /// `max_connections`) and the `[key_service]` section (`upstream` is not needed).
     #[arg(long, short)]
     pub config: Option<PathBuf>,
     /// API listen address [default: 127.0.0.1:8081].

@@ -8,7 +8,8 @@
 //! - [`host`]: what `serve` and `key-service` share (admin listener, shutdown, purge,
 //!   gauges); [`server`]: the gateway as a service of it; [`purge`]: the purge loop
 //!   (`idemgate purge` and `serve`'s) and its progress; [`proxy`]: the upstream client;
-//!   [`linger`]: lingering close, so early answers reach clients still sending.
+//!   [`linger`]: lingering close, so early answers reach clients still sending;
+//!   [`connections`]: every listener's accept loop, `max_connections` and timeouts.
 //! - [`store`]: the backend chosen at run time; [`gauges`]: its gauges on `/metrics`;
 //!   [`durability`]: what it can lose, logged, exported and on `/readyz`;
 //!   [`admin`]: `inspect`, `release`, `resolve`, `stats`; [`telemetry`]: the metrics
@@ -24,6 +25,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod connections;
 pub mod durability;
 pub mod gauges;
 pub mod host;

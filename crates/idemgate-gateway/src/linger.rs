@@ -11,13 +11,12 @@
 
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::time::{Instant, Sleep};
 
 /// The bounds of a lingering close.
@@ -41,32 +40,33 @@ impl Default for Linger {
     }
 }
 
-/// A TCP listener whose connections linger on close ([`Lingering`]); an
-/// [`axum::serve::Listener`].
+/// A listener (a TCP listener by default) whose connections linger on close
+/// ([`Lingering`]); an [`axum::serve::Listener`].
 #[derive(Debug)]
-pub struct LingerListener {
-    inner: TcpListener,
+pub struct LingerListener<L = TcpListener> {
+    inner: L,
     linger: Linger,
 }
 
-impl LingerListener {
+impl<L> LingerListener<L> {
     /// Wraps `inner`; its connections linger within `linger`.
-    pub fn new(inner: TcpListener, linger: Linger) -> Self {
+    pub fn new(inner: L, linger: Linger) -> Self {
         Self { inner, linger }
     }
 }
 
-impl axum::serve::Listener for LingerListener {
-    type Io = Lingering<TcpStream>;
-    type Addr = SocketAddr;
+impl<L: axum::serve::Listener> axum::serve::Listener for LingerListener<L> {
+    type Io = Lingering<L::Io>;
+    type Addr = L::Addr;
 
-    async fn accept(&mut self) -> (Self::Io, SocketAddr) {
-        // axum's own accept loop: it logs and backs off on accept errors (e.g. EMFILE).
-        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+    async fn accept(&mut self) -> (Self::Io, L::Addr) {
+        // The inner listener's accept (axum's for TCP: it logs and backs off on accept
+        // errors, e.g. EMFILE).
+        let (io, addr) = self.inner.accept().await;
         (Lingering::new(io, self.linger), addr)
     }
 
-    fn local_addr(&self) -> io::Result<SocketAddr> {
+    fn local_addr(&self) -> io::Result<L::Addr> {
         self.inner.local_addr()
     }
 }

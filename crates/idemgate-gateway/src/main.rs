@@ -6,7 +6,9 @@ use idemgate_gateway::cli::Command;
 
 /// mimalloc instead of the system allocator: a request allocates and frees many small
 /// buffers (header maps, body chunks, futures) across threads, where glibc's malloc spent
-/// about a tenth of the gateway's CPU in the side-by-side benchmark.
+/// about a tenth of the gateway's CPU in the side-by-side benchmark. The `system-allocator`
+/// feature keeps glibc's, for heap profilers that intercept `malloc`.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -6,7 +6,8 @@
 //! ([`Current`]), and requests already in flight finish under the service they started
 //! with. Settings bound at start-up (listeners, store, what its writes wait for on replicas,
 //! the forward journal, purge task, engine-wide store deadline and pending-outcome bounds,
-//! listener certificate) are logged as needing a restart and keep their running values.
+//! listener certificate, the listeners' timeouts and `max_connections`) are logged as
+//! needing a restart and keep their running values.
 //!
 //! A file that would change what (principal, route) a request gets ([`ScopeSettings`]:
 //! the principal sources, `principal_hash_key_file`'s key, `[jwt] issuer`, `header_name`,
@@ -101,6 +102,10 @@ pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
         (a.purge_batch != b.purge_batch, "purge_batch"),
         (a.policy.lifecycle != b.policy.lifecycle, lifecycle),
         (a.tls.files != b.tls.files, "tls_cert_file/tls_key_file"),
+        (
+            a.connections != b.connections,
+            "header_read_timeout/body_read_timeout/idle_timeout/max_connections",
+        ),
     ]
     .into_iter()
     .filter_map(|(differs, field)| differs.then_some(field))

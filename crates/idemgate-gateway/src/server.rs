@@ -132,6 +132,11 @@ impl Service for Gateway {
     /// (bounded by the longest upstream timeout, plus 5 s for outcome writes that are still
     /// being retried), or their retries would get `outcome-unknown`. A write cut off here
     /// is logged and counted (`idempotency_outcome_abandoned_total{reason="shutdown"}`).
+    /// 2: each request in flight may hold an upstream connection.
+    fn files_per_connection(&self) -> usize {
+        2
+    }
+
     async fn drain(self) {
         let longest = *self
             .longest_timeout

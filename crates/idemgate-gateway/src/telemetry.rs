@@ -41,8 +41,9 @@ pub const PURGE_RUNS: &str = "idempotency_purge_runs_total";
 pub const PURGE_RESULTS: [&str; 2] = ["ok", "error"];
 
 /// The counters of the purge, the store gauges, the store's replication ([`FAILOVERS`],
-/// [`UNCONFIRMED_WRITES`]) and its forward journal ([`JOURNAL_COUNTERS`]), in both commands.
-pub const COUNTERS: [CounterSpec; 7] = [
+/// [`UNCONFIRMED_WRITES`]), its forward journal ([`JOURNAL_COUNTERS`]) and the listeners'
+/// connections ([`CONNECTIONS_LIMIT_REACHED`], [`CONNECTION_TIMEOUTS`]), in both commands.
+pub const COUNTERS: [CounterSpec; 9] = [
     CounterSpec {
         name: "idempotency_purged_records_total",
         help: "Expired records deleted by the purge (in-process or `idemgate purge`).",
@@ -71,7 +72,28 @@ pub const COUNTERS: [CounterSpec; 7] = [
         name: JOURNAL_COUNTERS[1],
         help: "Forward journal entries dropped at forward_journal_window before a standby confirmed them: a failover now could run their keys again.",
     },
+    CONNECTIONS_LIMIT_REACHED,
+    CONNECTION_TIMEOUTS,
 ];
+
+/// Open connections of a listener, by `listener` (`service`, `admin`): a gauge.
+pub const CONNECTIONS_OPEN: &str = "idempotency_connections_open";
+
+/// Times a listener had `max_connections` open and left new clients in the listen backlog,
+/// by `listener`.
+pub const CONNECTIONS_LIMIT_REACHED: CounterSpec = CounterSpec {
+    name: "idempotency_connections_limit_reached_total",
+    help: "Times a listener had max_connections open and left new connections waiting in the listen backlog, by listener (service, admin).",
+};
+
+/// Connections closed by a timeout, by `listener` and `timeout` ([`TIMEOUT_KINDS`]).
+pub const CONNECTION_TIMEOUTS: CounterSpec = CounterSpec {
+    name: "idempotency_connection_timeouts_total",
+    help: "Connections closed by a timeout, by listener (service, admin) and timeout: header (header_read_timeout, answered 408), body (body_read_timeout, answered 408), idle (idle_timeout).",
+};
+
+/// Every value of the `timeout` label of [`CONNECTION_TIMEOUTS`].
+pub const TIMEOUT_KINDS: [&str; 3] = ["header", "body", "idle"];
 
 /// The forward journal's counters (`forward_journal_file`): entries restored after a
 /// failover, and entries dropped unconfirmed at `forward_journal_window`.
@@ -122,11 +144,18 @@ pub fn count_reload(result: &'static str) {
     metrics::counter!(CONFIG_RELOADS.name, "result" => result).increment(1);
 }
 
-/// The counter series of [`COUNTERS`].
+/// The counter series of [`COUNTERS`] (and the listeners' of both commands).
 fn background_series() -> Vec<Series> {
     let mut series = Series::new(PURGE_RUNS).each("result", &PURGE_RESULTS);
     series.push(Series::new("idempotency_purged_records_total"));
     series.push(Series::new("idempotency_store_gauges_errors_total"));
+    let listeners = [crate::connections::SERVICE, crate::connections::ADMIN];
+    for listener in listeners {
+        let limit = Series::new(CONNECTIONS_LIMIT_REACHED.name).with("listener", listener);
+        series.push(limit);
+        let timeouts = Series::new(CONNECTION_TIMEOUTS.name).with("listener", listener);
+        series.extend(timeouts.each("timeout", &TIMEOUT_KINDS));
+    }
     series
 }
 
@@ -216,6 +245,7 @@ fn describe() {
         ("idempotency_purge_last_duration_seconds", "Duration of the last purge run, in seconds."),
         ("idempotency_purge_last_success_timestamp_seconds", "Unix time of the last successful purge run, in seconds."),
         ("idempotency_forward_journal_entries", "Forward journal entries not yet confirmed by a standby (PostgreSQL, forward_journal_file)."),
+        (CONNECTIONS_OPEN, "Open connections of a listener, by listener (service, admin); at most max_connections (128 on the admin listener)."),
     ];
     for (name, help) in gauges {
         describe_gauge!(name, help);

@@ -40,7 +40,7 @@ pub struct Validated {
 }
 
 /// The sections every serving command uses (`serve`, `key-service`): store, engine,
-/// listener TLS and routes.
+/// listener TLS and connections, and routes.
 #[derive(Debug, Clone)]
 pub struct Base {
     /// Store.
@@ -63,6 +63,8 @@ pub struct Base {
     pub scope: ScopeSettings,
     /// Whether a reload to this configuration may change [`Base::scope`].
     pub allow_scope_change_on_reload: bool,
+    /// The listeners' timeouts and `max_connections`.
+    pub connections: crate::connections::Limits,
 }
 
 /// What the admin commands read from the gateways' file: the route policies and the
@@ -199,6 +201,7 @@ impl Config {
         let store_timeout = engine.lifecycle.store_timeout;
         self.replication_section(store.as_ref(), store_timeout, errs);
         self.journal_section(store.as_ref(), errs);
+        let connections = self.connection_section(errs);
         let mut policy = self.routes_section(errs);
         policy.lifecycle = engine.lifecycle;
         Some(Base {
@@ -211,6 +214,7 @@ impl Config {
             tls,
             scope: ScopeSettings::new(self, &policy),
             allow_scope_change_on_reload: self.allow_scope_change_on_reload,
+            connections: connections?,
             policy,
         })
         .filter(|_| errs.len() == before)

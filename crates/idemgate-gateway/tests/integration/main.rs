@@ -7,6 +7,7 @@ mod cli;
 mod clients;
 mod concurrency;
 mod config_reference;
+mod connections;
 mod contract;
 /// What `contract.rs` tests against: the support module itself here.
 use support as contract_support;

@@ -1,0 +1,206 @@
+//! Each request on a connection: counted in flight until its response ends (the
+//! connection's read deadline waits meanwhile), its client address given to the service
+//! (axum's `ConnectInfo`, as `axum::serve` did), its body read within `body_read_timeout`
+//! ([`TimedBody`]), and its answer `408` when that body stalled.
+
+use std::convert::Infallible;
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::Router;
+use bytes::Bytes;
+use http::{Request, Response, Version};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use idemgate_core::BoxError;
+use tokio::time::{Instant, Sleep};
+use tower::ServiceExt;
+
+use super::deadline::{Conn, InFlight};
+use super::Listening;
+use crate::telemetry::CONNECTION_TIMEOUTS;
+
+/// The service hyper calls for each request of a connection from `addr`.
+pub(super) fn service(
+    app: Router,
+    addr: SocketAddr,
+    conn: Arc<Conn>,
+    conf: Listening,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Tracked>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Tracked>, Infallible>> + Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    hyper::service::service_fn(move |req| {
+        answer(app.clone(), addr, conn.begin(), conf.clone(), req)
+    })
+}
+
+/// `req` answered by `app`, or `408` when its body stalled before the answer.
+async fn answer(
+    app: Router,
+    addr: SocketAddr,
+    in_flight: InFlight,
+    conf: Listening,
+    req: Request<Incoming>,
+) -> Result<Response<Tracked>, Infallible> {
+    let stalled = Arc::new(AtomicBool::new(false));
+    let h1 = req.version() < Version::HTTP_2;
+    let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(ConnectInfo(addr));
+    let timeout = conf.limits.body_read_timeout;
+    let body = TimedBody::new(body, timeout, stalled.clone()).counted_as(conf.name);
+    let body = axum::body::Body::new(body);
+    let mut response = app.oneshot(Request::from_parts(parts, body)).await?;
+    if stalled.load(SeqCst) {
+        response = conf.answers.body_timeout(h1);
+    }
+    Ok(response.map(|body| Tracked {
+        body,
+        in_flight: Some(in_flight),
+    }))
+}
+
+/// A response body that keeps its request in flight until it ends (or is dropped).
+#[derive(Debug)]
+pub(super) struct Tracked {
+    body: axum::body::Body,
+    in_flight: Option<InFlight>,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            this.in_flight = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A request body that fails with [`BodyReadTimeout`] when no bytes came for `timeout`
+/// while they were waited for, and then sets `stalled` (and counts it, when it has a
+/// listener's label).
+#[derive(Debug)]
+pub(super) struct TimedBody<B = Incoming> {
+    inner: B,
+    timeout: Duration,
+    stalled: Arc<AtomicBool>,
+    listener: Option<&'static str>,
+    /// Made at the first wait; armed (reset) at the first wait after bytes came.
+    sleep: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl<B> TimedBody<B> {
+    /// `inner`, failing after `timeout` without bytes; `stalled` is set then.
+    pub(super) fn new(inner: B, timeout: Duration, stalled: Arc<AtomicBool>) -> Self {
+        Self {
+            inner,
+            timeout,
+            stalled,
+            listener: None,
+            sleep: None,
+            armed: false,
+        }
+    }
+
+    /// This body, its stall counted in `idempotency_connection_timeouts_total` under
+    /// `listener`.
+    pub(super) fn counted_as(self, listener: &'static str) -> Self {
+        let listener = Some(listener);
+        Self { listener, ..self }
+    }
+
+    /// Starts the wait (if not started) and reports whether it is over.
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if !std::mem::replace(&mut self.armed, true) {
+            let at = Instant::now() + self.timeout;
+            match &mut self.sleep {
+                Some(sleep) => sleep.as_mut().reset(at),
+                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+            }
+        }
+        match &mut self.sleep {
+            Some(sleep) => sleep.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl<B> Body for TimedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        if this.stalled.load(SeqCst) {
+            return Poll::Ready(Some(Err(BodyReadTimeout.into())));
+        }
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            this.armed = false;
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if this.poll_wait(cx).is_pending() {
+            return Poll::Pending;
+        }
+        this.stalled.store(true, SeqCst);
+        if let Some(listener) = this.listener {
+            let labels = [("listener", listener), ("timeout", "body")];
+            metrics::counter!(CONNECTION_TIMEOUTS.name, &labels).increment(1);
+        }
+        Poll::Ready(Some(Err(BodyReadTimeout.into())))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body stalled past `body_read_timeout`.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyReadTimeout;
+
+impl fmt::Display for BodyReadTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the request body stalled past body_read_timeout")
+    }
+}
+
+impl StdError for BodyReadTimeout {}
