@@ -110,7 +110,7 @@ case "${1:-}" in
     kill -KILL "$pid" ;;
   drop-receiver)
     pid=$(walreceiver_pid "$2")
-    [ -n "$pid" ] && kill -KILL "$pid"
+    if [ -n "$pid" ]; then kill -KILL "$pid"; fi
     pkill -CONT -P "$(postmaster_pid "$2/standby")" 2>/dev/null || true ;;
   restart-old)
     rm -f "$2/primary/postmaster.pid"

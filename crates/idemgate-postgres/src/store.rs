@@ -137,8 +137,9 @@ impl PostgresStore {
 
     /// Starts `journal`'s task on this store's pool and table, its gate closed first when
     /// the store's failovers table records a failover to the current timeline whose
-    /// `failover_grace` has not passed (a process started or restarted during it), or when
-    /// that cannot be read.
+    /// `failover_grace` has not passed (a process started or restarted during it), when it
+    /// records none for a timeline above 1 (recorded then: the first start on it waits one
+    /// grace), or when that cannot be read.
     async fn start_journal(&self, journal: Journal) -> Arc<JournalLink> {
         let sql = Arc::new(journal::Statements::new(&self.table));
         let primary: Arc<dyn journal::Primary> = match self.link.cluster() {
@@ -149,7 +150,17 @@ impl PostgresStore {
         if let Some(timeline) = identity.timeline {
             let id = identity.system_identifier;
             let grace = journal.options.failover_grace;
-            match sql.recorded_failover(&self.pool, id, timeline).await {
+            // No row for a timeline above 1: no process has recorded this failover yet (or
+            // none kept a journal then). Recorded now, so a process starting in the instant
+            // after a promotion, before the others noticed it, waits too.
+            let recorded = match sql.recorded_failover(&self.pool, id, timeline).await {
+                Ok(None) if timeline > 1 => sql
+                    .record_failover(&self.pool, id, timeline)
+                    .await
+                    .map(Some),
+                recorded => recorded,
+            };
+            match recorded {
                 Ok(Some((first, now))) if !journal::grace_left(first, now, grace).is_zero() => {
                     journal.gate.failover_seen()
                 }

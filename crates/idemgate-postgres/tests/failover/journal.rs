@@ -455,3 +455,32 @@ async fn a_process_started_in_the_grace_waits_and_an_outcome_the_failover_refuse
     .await;
     assert!(promoted.elapsed() >= grace - Duration::from_secs(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_process_on_a_promoted_server_waits_one_grace() {
+    let Some(c) = Cluster::start("async") else {
+        return;
+    };
+    let plain = crate::store(&c.url(&[c.primary])).await;
+    complete_keys(&plain, 1).await;
+    c.kill_primary().await;
+    c.promote().await;
+    // No process with a journal has seen the failover yet: the first to start records it.
+    let dir = JournalDir::new();
+    let d = journaled(&c.url(&[c.standby]), dir.options("d.journal")).await;
+    let fresh = request(&unique_key("alice"), fp(1), Duration::from_secs(30), DAY);
+    let early = d.insert_or_get(&fresh).await;
+    assert!(matches!(early, Err(StoreError::Refused(_))), "{early:?}");
+    eventually(
+        Duration::from_secs(20),
+        "fresh keys after the grace",
+        || async {
+            matches!(
+                d.insert_or_get(&fresh).await,
+                Ok(InsertOutcome::Inserted(_))
+            )
+            .then_some(())
+        },
+    )
+    .await;
+}
