@@ -4,13 +4,15 @@ mod demo;
 
 use idemgate_gateway::cli::Command;
 
-/// mimalloc instead of the system allocator: a request allocates and frees many small
-/// buffers (header maps, body chunks, futures) across threads, where glibc's malloc spent
-/// about a tenth of the gateway's CPU in the side-by-side benchmark. The `system-allocator`
-/// feature keeps glibc's, for heap profilers that intercept `malloc`.
-#[cfg(not(feature = "system-allocator"))]
+/// jemalloc, with its background threads: they return the memory freed after a spike
+/// (thousands of connections closing) to the OS within about 10 s (`dirty_decay_ms`) even
+/// when the process is idle, which mimalloc (no thread of its own: it purges only while
+/// allocating) and glibc's malloc did not; and glibc's malloc costs more CPU per request
+/// (docs/performance.md#memory). The `system-allocator` feature keeps the system's, for heap
+/// profilers that intercept `malloc`.
+#[cfg(all(not(target_env = "msvc"), not(feature = "system-allocator")))]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

@@ -140,7 +140,8 @@ impl Task {
             .with_file(move |file| file.set_identity(identity))
             .await?;
         let took = started.elapsed();
-        let left = grace_left(first, now, self.journal.options.failover_grace);
+        // The grace left once the restore ended: `now` was read before it.
+        let left = grace_left(first, now, self.journal.options.failover_grace).saturating_sub(took);
         metrics::counter!("idempotency_forward_journal_restored_total").increment(restored);
         tracing::warn!(
             timeline,

@@ -125,12 +125,16 @@ async fn keys_a_failover_lost_are_restored_and_never_run_again() {
     let promoted = Instant::now();
     // A store with no journal (nor gate) inserts one of the lost keys on the new primary
     // first, as a gateway's insert does when its gate closes between its check and its
-    // statement: the journal's record replaces it.
+    // statement: the journal's record replaces it. (When a store's watcher saw the failover
+    // first, the record is restored already: the retries below check it all the same.)
     let plain = crate::store(&c.url(&[c.standby])).await;
     let orphan_req = request(&lost_a[0].0, fp(1), Duration::from_secs(30), DAY);
-    let orphan = plain.insert_or_get(&orphan_req).await.expect("insert");
-    let InsertOutcome::Inserted(orphan) = orphan else {
-        panic!("the key is absent from the new primary before the journal restores it: {orphan:?}");
+    let orphan = match plain.insert_or_get(&orphan_req).await.expect("insert") {
+        InsertOutcome::Inserted(orphan) => Some(orphan),
+        InsertOutcome::Existing { .. } => {
+            println!("the restore came before the orphan insert");
+            None
+        }
     };
 
     // Every retry goes to the other store first: it holds no entry for the key.
@@ -149,11 +153,13 @@ async fn keys_a_failover_lost_are_restored_and_never_run_again() {
             "{key:?}: the first answer"
         );
     }
-    let released = plain.release(&orphan).await;
-    assert!(
-        matches!(released, Err(StoreError::LeaseLost)),
-        "{released:?}"
-    );
+    if let Some(orphan) = orphan {
+        let released = plain.release(&orphan).await;
+        assert!(
+            matches!(released, Err(StoreError::LeaseLost)),
+            "{released:?}"
+        );
+    }
     println!(
         "restored and replayed {:?} after the promotion, {refusals} refusals first",
         promoted.elapsed()
