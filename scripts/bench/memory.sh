@@ -55,9 +55,9 @@ import asyncio, json, statistics, sys, time, uuid
 PHASE, PORT, PID, COUNT, DELAY, AFTER = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
 BODY = b'{"amount":1000,"currency":"EUR"}'
 
-def rss_kb():
+def rss_kb(field="VmRSS:"):
     with open(f"/proc/{PID}/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+        return next(int(l.split()[1]) for l in f if l.startswith(field))
 
 def fds():
     import os
@@ -109,7 +109,7 @@ async def main():
     assert all(s == 201 for s in statuses), f"warm-up answers: {sorted(set(statuses))}"
     await close(warm)
     await asyncio.sleep(3)
-    before, opened, samples = rss_kb(), [], []
+    before, before_anon, opened, samples = rss_kb(), rss_kb("RssAnon:"), [], []
     t0 = time.monotonic()
     if PHASE == "inflight":
         tasks = await run(COUNT, int(DELAY * 1000), 256, opened)
@@ -131,13 +131,14 @@ async def main():
     load, load_fds, load_threads = max(samples) if samples else (rss_kb(), fds(), threads())
     await close(opened)
     await asyncio.sleep(AFTER)
-    after, after_threads = rss_kb(), threads()
+    after, after_anon, after_threads = rss_kb(), rss_kb("RssAnon:"), threads()
     ok = sum(1 for s in statuses if s == 201)
     print("MEMJSON " + json.dumps({
         "phase": PHASE, "count": COUNT, "ok201": ok, "sent_s": round(sent, 2), "fds": load_fds,
         "threads": [load_threads, after_threads],
         "before_kb": before, "load_kb": load, "after_kb": after,
         "per_unit_kb": round((load - before) / COUNT, 2), "after_ratio": round(after / before, 3),
+        "anon_kb": [before_anon, after_anon], "anon_ratio": round(after_anon / before_anon, 3),
         "errors": sorted({repr(s)[:80] for s in statuses if s != 201})[:3]}), flush=True)
 
 asyncio.run(main())
@@ -169,13 +170,14 @@ python3 - "$OUT/results" "$AFTER" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l[8:]) for l in open(sys.argv[1]) if l.startswith("MEMJSON ")]
 med = lambda k, p: statistics.median(r[k] for r in rows if r["phase"] == p)
-print(f"\nmedians of {len(rows) // 2} run(s); RSS of the gateway process, MB = 1,000 KB")
-print(f"{'phase':<10}{'count':>7}{'201s':>7}{'before MB':>11}{'load MB':>10}{'KB each':>9}"
-      f"{'after ' + sys.argv[2] + 's MB':>15}{'after/before':>14}")
+print(f"\nmedians of {len(rows) // 2} run(s); RSS of the gateway process; (anon): after/before of"
+      " its anonymous memory alone (RssAnon: without the mapped binary and libraries)")
+print(f"{'phase':<10}{'count':>7}{'201s':>7}{'before MiB':>11}{'load MiB':>10}{'KiB each':>9}"
+      f"{'after ' + sys.argv[2] + 's MiB':>15}{'after/before':>14}{'(anon)':>8}")
 for p, what in (("inflight", "request"), ("idle", "connection")):
     if not any(r["phase"] == p for r in rows):
         continue
-    print(f"{p:<10}{med('count', p):>7.0f}{med('ok201', p):>7.0f}{med('before_kb', p) / 1000:>11.1f}"
-          f"{med('load_kb', p) / 1000:>10.1f}{med('per_unit_kb', p):>9.1f}"
-          f"{med('after_kb', p) / 1000:>15.1f}{med('after_ratio', p):>14.2f}")
+    print(f"{p:<10}{med('count', p):>7.0f}{med('ok201', p):>7.0f}{med('before_kb', p) / 1024:>11.1f}"
+          f"{med('load_kb', p) / 1024:>10.1f}{med('per_unit_kb', p):>9.1f}"
+          f"{med('after_kb', p) / 1024:>15.1f}{med('after_ratio', p):>14.2f}{med('anon_ratio', p):>8.2f}")
 PY

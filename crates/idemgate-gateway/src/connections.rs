@@ -1,7 +1,8 @@
 //! The connections of every listener (the gateway's or the key service's, and the admin
 //! listener): how many may be open at once and how long a client may take, and the accept
-//! loop that serves them with hyper (hyper-util's `auto` builder: HTTP/1.1 and h2c, as
-//! `axum::serve` did) and drains them at shutdown.
+//! loop that serves them with hyper (HTTP/1.1, and HTTP/2 by its preface, as `axum::serve`
+//! did), parks idle HTTP/1 connections without hyper's buffers ([`serving`]), and drains
+//! them at shutdown.
 //!
 //! # What each timeout covers
 //! - `header_read_timeout` ([`Limits::header_read_timeout`]): from the moment a connection is
@@ -47,21 +48,23 @@ use std::time::Duration;
 
 use axum::serve::Listener;
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
+use tokio::sync::watch;
 
 mod accept;
 mod answer;
+mod conn;
 mod deadline;
 mod request;
+mod serving;
 #[cfg(test)]
 mod tests;
 
 pub use accept::{bind, check_file_limit, files_needed, Counting, Open, LISTEN_BACKLOG};
 use answer::Answers;
-use deadline::{Conn, TimedIo};
+use conn::Conn;
+use deadline::TimedIo;
 pub use request::BodyReadTimeout;
+use serving::Protocols;
 
 /// Most connections open at once on the admin listener (`/healthz`, `/readyz`,
 /// `/metrics`): a fixed bound, its timeouts are the configured ones.
@@ -143,7 +146,8 @@ pub async fn serve<L>(
 ) where
     L: Listener<Addr = SocketAddr>,
 {
-    let graceful = GracefulShutdown::new();
+    let protocols = Arc::new(Protocols::new());
+    let (stop, stopping) = watch::channel(());
     let mut stopped = pin!(stopped);
     loop {
         let (io, addr) = tokio::select! {
@@ -151,19 +155,13 @@ pub async fn serve<L>(
             () = &mut stopped => break,
         };
         let conn = Arc::new(Conn::default());
-        let io = TokioIo::new(TimedIo::new(io, conn.clone(), &conf));
-        let service = request::service(app.clone(), addr, conn, conf.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            // As `axum::serve`: a builder per connection, CONNECT for HTTP/2 websockets.
-            let mut builder = Builder::new(TokioExecutor::new());
-            builder.http2().enable_connect_protocol();
-            let served = builder.serve_connection_with_upgrades(io, service);
-            if let Err(e) = watcher.watch(served).await {
-                tracing::trace!(client = %addr, error = %e, "connection ended with an error");
-            }
-        });
+        let io = TimedIo::new(io, conn.clone(), &conf);
+        let service = request::service(app.clone(), addr, conn.clone(), conf.clone());
+        let (protocols, stopping) = (protocols.clone(), stopping.clone());
+        tokio::spawn(serving::run(io, service, conn, protocols, stopping));
     }
-    drop(listener);
-    graceful.shutdown().await;
+    drop((listener, stopping));
+    // Every connection's task holds a receiver: all have ended once none is left.
+    let _ = stop.send(());
+    stop.closed().await;
 }

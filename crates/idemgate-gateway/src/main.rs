@@ -4,10 +4,10 @@ mod demo;
 
 use idemgate_gateway::cli::Command;
 
-/// jemalloc, with its background threads: they return the memory freed after a spike
-/// (thousands of connections closing) to the OS within about 10 s (`dirty_decay_ms`) even
-/// when the process is idle, which mimalloc (no thread of its own: it purges only while
-/// allocating) and glibc's malloc did not; and glibc's malloc costs more CPU per request
+/// jemalloc, with its background threads: they give the memory freed after a spike
+/// (thousands of connections closing) back to the OS within about 20 s (its decay, 10 s by
+/// default) even when the process is idle, which mimalloc (no thread of its own: it purges
+/// only while allocating) and glibc's malloc did not; glibc's also costs more CPU per request
 /// (docs/performance.md#memory). The `system-allocator` feature keeps the system's, for heap
 /// profilers that intercept `malloc`.
 #[cfg(all(not(target_env = "msvc"), not(feature = "system-allocator")))]

@@ -15,10 +15,17 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 /// The Prometheus recorder, installed once per process with
 /// [`idemgate_tower::metrics::LATENCY_BUCKETS`] for every `*_duration_seconds` histogram,
 /// and every metric described. `None` when another recorder was installed first.
+///
+/// A thread of its own runs the recorder's upkeep every [`UPKEEP_EVERY`]: it folds the
+/// histograms' samples into their buckets, which otherwise pile up until `/metrics` is
+/// scraped (about 300 MB an hour at 1,000 requests a second, never scraped).
 pub fn prometheus() -> Option<&'static PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE.get_or_init(install).as_ref()
 }
+
+/// How often the histograms' samples are folded into their buckets.
+pub const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn install() -> Option<PrometheusHandle> {
     let builder = PrometheusBuilder::new()
@@ -28,6 +35,17 @@ fn install() -> Option<PrometheusHandle> {
         )
         .ok()?;
     let handle = builder.install_recorder().ok()?;
+    let upkept = handle.clone();
+    let upkeep = move || loop {
+        std::thread::sleep(UPKEEP_EVERY);
+        upkept.run_upkeep();
+    };
+    let spawned = std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(upkeep);
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no metrics upkeep thread: histograms grow until scraped");
+    }
     idemgate_tower::metrics::describe();
     idemgate_key_service::counters::describe();
     describe();

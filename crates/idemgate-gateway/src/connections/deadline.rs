@@ -4,51 +4,26 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes};
-use futures_util::task::AtomicWaker;
 use std::future::Future;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use super::answer::Answers;
+use super::conn::Conn;
 use super::{Limits, Listening};
 use crate::telemetry::CONNECTION_TIMEOUTS;
 
-/// What a connection's [`TimedIo`] and its requests share.
-#[derive(Debug, Default)]
-pub(crate) struct Conn {
-    /// Requests whose response has not ended.
-    in_flight: AtomicUsize,
-    /// Counts the times the last request in flight ended: the connection went idle.
-    idled: AtomicU64,
-    /// The connection's task, woken when it goes idle so that its read deadline starts.
-    waker: AtomicWaker,
-}
+/// HTTP/2's connection preface (RFC 9113 section 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-impl Conn {
-    /// A request begins; it is in flight until the guard is dropped.
-    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, SeqCst);
-        InFlight(self.clone())
-    }
-}
-
-/// A request in flight on its connection ([`Conn::begin`]), until dropped.
-#[derive(Debug)]
-pub(crate) struct InFlight(Arc<Conn>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, SeqCst) == 1 {
-            self.0.idled.fetch_add(1, SeqCst);
-            self.0.waker.wake();
-        }
-    }
-}
+/// Most bytes read at once while parked ([`TimedIo::fill`]): a request head of this size or
+/// less arrives in one read, as hyper's first read of 8 KiB would take it.
+const PARKED_READ: usize = 4096;
 
 /// What the read deadline waits for while no request is in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +66,9 @@ pub(crate) struct TimedIo<IO> {
     sniffed: u8,
     h2: bool,
     closing: Option<Closing>,
+    /// Bytes read while the connection was parked ([`TimedIo::fill`]) or left unparsed by
+    /// hyper: read again first.
+    prefix: Bytes,
 }
 
 impl<IO> TimedIo<IO> {
@@ -110,7 +88,28 @@ impl<IO> TimedIo<IO> {
             sniffed: 0,
             h2: false,
             closing: None,
+            prefix: Bytes::new(),
         }
+    }
+
+    /// Whether bytes read earlier are waiting to be read again ([`Self::unread`]).
+    pub(crate) fn has_unread(&self) -> bool {
+        !self.prefix.is_empty()
+    }
+
+    /// `bytes` (what hyper read and did not parse) are read again first.
+    pub(crate) fn unread(&mut self, bytes: Bytes) {
+        debug_assert!(self.prefix.is_empty());
+        // An empty `Bytes` can still hold hyper's whole read buffer: not kept.
+        if !bytes.is_empty() {
+            self.prefix = bytes;
+        }
+    }
+
+    /// Whether the connection began with HTTP/2's whole connection preface (RFC 9113
+    /// section 3.4: prior knowledge, h2c or h2 by ALPN alike).
+    pub(crate) fn begins_h2(&self) -> bool {
+        self.prefix.starts_with(H2_PREFACE)
     }
 
     /// Whether no request is in flight; the first time since the last one ended, the
@@ -234,6 +233,72 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TimedIo<IO> {
     }
 }
 
+impl<IO: AsyncRead + AsyncWrite + Unpin> TimedIo<IO> {
+    /// Waits, with no buffer of hyper's, for the connection's next bytes (up to
+    /// [`PARKED_READ`] at a time, until they are more than the start of HTTP/2's preface),
+    /// which are then read again first. `false` when the connection ended instead: the
+    /// client closed it, or its read deadline passed (and the close began).
+    pub(crate) async fn fill(&mut self) -> io::Result<bool> {
+        loop {
+            let got = std::future::poll_fn(|cx| {
+                let mut space = [std::mem::MaybeUninit::<u8>::uninit(); PARKED_READ];
+                let mut buf = ReadBuf::uninit(&mut space);
+                ready!(self.poll_read_io(cx, &mut buf, false))?;
+                Poll::Ready(Ok::<_, io::Error>(Bytes::copy_from_slice(buf.filled())))
+            })
+            .await?;
+            if got.is_empty() {
+                return Ok(false);
+            }
+            self.prefix = match self.prefix.is_empty() {
+                true => got,
+                false => [&self.prefix[..], &got[..]].concat().into(),
+            };
+            let undecided =
+                self.prefix.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(&self.prefix);
+            if !undecided || self.idled > 0 {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Reads from the connection within its deadline. With `may_park`, on an idle HTTP/1
+    /// connection that nothing has been read from since its last request ended and that
+    /// the request left [`reusable`](Conn::reusable), asks for the connection to be parked
+    /// ([`Conn::take_park`]) instead of waiting.
+    fn poll_read_io(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+        may_park: bool,
+    ) -> Poll<io::Result<()>> {
+        if self.closing.is_some() {
+            return self.poll_close(cx);
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.on_read(&buf.filled()[before..]);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if may_park && self.parkable() => {
+                self.conn.park.store(true, SeqCst);
+                Poll::Pending
+            }
+            Poll::Pending => self.poll_deadline(cx),
+        }
+    }
+
+    /// Whether the connection is idle since its last request ended, with nothing read since
+    /// and the request having left it reusable.
+    fn parkable(&mut self) -> bool {
+        !self.h2 && self.idle() && self.wait == Wait::Idle && self.conn.reusable()
+    }
+}
+
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -241,20 +306,16 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<IO> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.closing.is_some() {
-            return this.poll_close(cx);
-        }
-        let before = buf.filled().len();
-        match Pin::new(&mut this.io).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
-                    this.on_read(&buf.filled()[before..]);
-                }
-                Poll::Ready(Ok(()))
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix.split_to(n));
+            if this.prefix.is_empty() {
+                // What is left would still hold the buffer it was read into.
+                this.prefix = Bytes::new();
             }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_deadline(cx),
+            return Poll::Ready(Ok(()));
         }
+        this.poll_read_io(cx, buf, true)
     }
 }
 

@@ -17,15 +17,22 @@ use std::time::Duration;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use bytes::Bytes;
-use http::{Request, Response, Version};
+use http::header::CONNECTION;
+use http::{HeaderMap, Request, Response, Version};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use idemgate_core::BoxError;
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt;
 
-use super::deadline::{Conn, InFlight};
+use super::conn::{Conn, InFlight};
 use super::Listening;
 use crate::telemetry::CONNECTION_TIMEOUTS;
+
+/// A request's answer on its way: boxed, because hyper keeps a connection's service
+/// future in a box it makes with the connection, which would otherwise hold this one's size
+/// while the connection is idle.
+pub(super) type Answering =
+    Pin<Box<dyn Future<Output = Result<Response<Tracked>, Infallible>> + Send>>;
 
 /// The service hyper calls for each request of a connection from `addr`.
 pub(super) fn service(
@@ -37,12 +44,11 @@ pub(super) fn service(
     Request<Incoming>,
     Response = Response<Tracked>,
     Error = Infallible,
-    Future = impl Future<Output = Result<Response<Tracked>, Infallible>> + Send + 'static,
-> + Clone
-       + Send
+    Future = Answering,
+> + Send
        + 'static {
-    hyper::service::service_fn(move |req| {
-        answer(app.clone(), addr, conn.begin(), conf.clone(), req)
+    hyper::service::service_fn(move |req| -> Answering {
+        Box::pin(answer(app.clone(), addr, conn.clone(), conf.clone(), req))
     })
 }
 
@@ -50,32 +56,82 @@ pub(super) fn service(
 async fn answer(
     app: Router,
     addr: SocketAddr,
-    in_flight: InFlight,
+    conn: Arc<Conn>,
     conf: Listening,
     req: Request<Incoming>,
 ) -> Result<Response<Tracked>, Infallible> {
+    let in_flight = conn.begin();
     let stalled = Arc::new(AtomicBool::new(false));
     let h1 = req.version() < Version::HTTP_2;
+    let mut keep_alive = h1 && keeps_alive(req.version(), req.headers());
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(ConnectInfo(addr));
     let timeout = conf.limits.body_read_timeout;
-    let body = TimedBody::new(body, timeout, stalled.clone()).counted_as(conf.name);
+    let body = TimedBody::new(body, timeout, stalled.clone())
+        .counted_as(conf.name)
+        .ending(conn);
     let body = axum::body::Body::new(body);
     let mut response = app.oneshot(Request::from_parts(parts, body)).await?;
     if stalled.load(SeqCst) {
         response = conf.answers.body_timeout(h1);
     }
+    keep_alive &= !has_close(response.headers());
     Ok(response.map(|body| Tracked {
         body,
         in_flight: Some(in_flight),
+        keep_alive,
     }))
 }
 
-/// A response body that keeps its request in flight until it ends (or is dropped).
+/// Whether an HTTP/1 request keeps its connection open after its response (RFC 9112
+/// section 9.3: HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `keep-alive`).
+fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+    match version {
+        Version::HTTP_11 => !has_close(headers),
+        _ => has_token(headers, "keep-alive") && !has_close(headers),
+    }
+}
+
+/// Whether `Connection` lists `close`.
+fn has_close(headers: &HeaderMap) -> bool {
+    has_token(headers, "close")
+}
+
+/// Whether a `Connection` field lists `token` (case-insensitively, RFC 9110 section 7.6.1).
+fn has_token(headers: &HeaderMap, token: &str) -> bool {
+    headers.get_all(CONNECTION).iter().any(|v| {
+        v.to_str().map_or(true, |v| {
+            v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
+        })
+    })
+}
+
+/// A response body that keeps its request in flight until it ends (or is dropped). hyper
+/// stops polling a body that says it has ended ([`Body::is_end_stream`]) and drops it: a
+/// body dropped ended counts as written to its end.
 #[derive(Debug)]
 pub(super) struct Tracked {
     body: axum::body::Body,
     in_flight: Option<InFlight>,
+    /// Whether neither the request nor the response asked to close the connection.
+    keep_alive: bool,
+}
+
+impl Tracked {
+    /// The response was produced to its end: the request is no longer in flight.
+    fn finish(&mut self) {
+        if let Some(in_flight) = self.in_flight.take() {
+            in_flight.finish(self.keep_alive);
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if self.body.is_end_stream() {
+            self.finish();
+        }
+    }
 }
 
 impl Body for Tracked {
@@ -89,7 +145,7 @@ impl Body for Tracked {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.body).poll_frame(cx);
         if let Poll::Ready(None) = polled {
-            this.in_flight = None;
+            this.finish();
         }
         polled
     }
@@ -112,6 +168,8 @@ pub(super) struct TimedBody<B = Incoming> {
     timeout: Duration,
     stalled: Arc<AtomicBool>,
     listener: Option<&'static str>,
+    /// The connection told when the body ends.
+    conn: Option<Arc<Conn>>,
     /// Made at the first wait; armed (reset) at the first wait after bytes came.
     sleep: Option<Pin<Box<Sleep>>>,
     armed: bool,
@@ -125,6 +183,7 @@ impl<B> TimedBody<B> {
             timeout,
             stalled,
             listener: None,
+            conn: None,
             sleep: None,
             armed: false,
         }
@@ -153,6 +212,17 @@ impl<B> TimedBody<B> {
     }
 }
 
+impl<B: Body> TimedBody<B> {
+    /// This body, telling `conn` when it has been read to its end (at once when it is empty).
+    pub(super) fn ending(self, conn: Arc<Conn>) -> Self {
+        if self.inner.is_end_stream() {
+            conn.body_ended();
+        }
+        let conn = Some(conn);
+        Self { conn, ..self }
+    }
+}
+
 impl<B> Body for TimedBody<B>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -171,6 +241,11 @@ where
         }
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
             this.armed = false;
+            if frame.is_none() || this.inner.is_end_stream() {
+                if let Some(conn) = &this.conn {
+                    conn.body_ended();
+                }
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         if this.poll_wait(cx).is_pending() {

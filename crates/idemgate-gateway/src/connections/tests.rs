@@ -11,7 +11,8 @@ use hyper::body::Frame;
 use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::time::Instant;
 
-use super::deadline::{Conn, TimedIo};
+use super::conn::Conn;
+use super::deadline::TimedIo;
 use super::request::{BodyReadTimeout, TimedBody};
 use super::{files_needed, Limits, Listening, SERVICE};
 

@@ -29,6 +29,7 @@ mod contract_on_key_service_postgres {
 mod demo;
 mod differential;
 mod docs;
+mod drain;
 mod failures;
 mod faults;
 mod fingerprint;
@@ -44,6 +45,7 @@ mod observability;
 mod openapi;
 mod ops;
 mod override_headers;
+mod parking;
 mod paths;
 mod postgres;
 mod principal;

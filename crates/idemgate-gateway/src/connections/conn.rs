@@ -1,0 +1,76 @@
+//! What a connection's read deadline ([`TimedIo`](super::deadline::TimedIo)), its serving
+//! loop and its requests share: how many requests are in flight, when it last went idle, and
+//! whether it can be parked.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
+use futures_util::task::AtomicWaker;
+
+/// What a connection's [`TimedIo`](super::deadline::TimedIo) and its requests share.
+#[derive(Debug, Default)]
+pub(crate) struct Conn {
+    /// Requests whose response has not ended.
+    pub(super) in_flight: AtomicUsize,
+    /// Counts the times the last request in flight ended: the connection went idle.
+    pub(super) idled: AtomicU64,
+    /// The connection's task, woken when it goes idle so that its read deadline starts.
+    pub(super) waker: AtomicWaker,
+    /// Whether the body of the request in flight was read to its end.
+    body_ended: AtomicBool,
+    /// Whether hyper may let the connection go once the last request ends (its body read to
+    /// the end, keep-alive on both sides): set by the request when it ends.
+    reusable: AtomicBool,
+    /// Set by [`TimedIo`](super::deadline::TimedIo) when hyper waits for the next request on an idle connection that
+    /// is [`reusable`](Self::reusable): the connection can be parked.
+    pub(super) park: AtomicBool,
+}
+
+impl Conn {
+    /// A request begins; it is in flight until the guard is dropped.
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
+        self.reusable.store(false, SeqCst);
+        self.body_ended.store(false, SeqCst);
+        self.in_flight.fetch_add(1, SeqCst);
+        InFlight(self.clone())
+    }
+
+    /// The body of the request in flight was read to its end.
+    pub(crate) fn body_ended(&self) {
+        self.body_ended.store(true, SeqCst);
+    }
+
+    /// Whether the last request left the connection ready for the next one.
+    pub(crate) fn reusable(&self) -> bool {
+        self.reusable.load(SeqCst)
+    }
+
+    /// Whether [`TimedIo`](super::deadline::TimedIo) asked for the connection to be parked since the last call.
+    pub(crate) fn take_park(&self) -> bool {
+        self.park.swap(false, SeqCst)
+    }
+}
+
+/// A request in flight on its connection ([`Conn::begin`]), until dropped.
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Conn>);
+
+impl InFlight {
+    /// The response was written to its end; with `keep_alive` (neither the request nor the
+    /// response asked to close) and the request's body read to its end, the connection is
+    /// left [`reusable`](Conn::reusable).
+    pub(crate) fn finish(self, keep_alive: bool) {
+        if keep_alive && self.0.body_ended.load(SeqCst) {
+            self.0.reusable.store(true, SeqCst);
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, SeqCst) == 1 {
+            self.0.idled.fetch_add(1, SeqCst);
+            self.0.waker.wake();
+        }
+    }
+}
