@@ -60,8 +60,9 @@ pub const PURGE_RESULTS: [&str; 2] = ["ok", "error"];
 
 /// The counters of the purge, the store gauges, the store's replication ([`FAILOVERS`],
 /// [`UNCONFIRMED_WRITES`]), its forward journal ([`JOURNAL_COUNTERS`]) and the listeners'
-/// connections ([`CONNECTIONS_LIMIT_REACHED`], [`CONNECTION_TIMEOUTS`]), in both commands.
-pub const COUNTERS: [CounterSpec; 9] = [
+/// connections ([`CONNECTIONS_LIMIT_REACHED`], [`CONNECTION_TIMEOUTS`],
+/// [`CONNECTIONS_PARKED`]), in both commands.
+pub const COUNTERS: [CounterSpec; 10] = [
     CounterSpec {
         name: "idempotency_purged_records_total",
         help: "Expired records deleted by the purge (in-process or `idemgate purge`).",
@@ -92,6 +93,7 @@ pub const COUNTERS: [CounterSpec; 9] = [
     },
     CONNECTIONS_LIMIT_REACHED,
     CONNECTION_TIMEOUTS,
+    CONNECTIONS_PARKED,
 ];
 
 /// Open connections of a listener, by `listener` (`service`, `admin`): a gauge.
@@ -108,6 +110,13 @@ pub const CONNECTIONS_LIMIT_REACHED: CounterSpec = CounterSpec {
 pub const CONNECTION_TIMEOUTS: CounterSpec = CounterSpec {
     name: "idempotency_connection_timeouts_total",
     help: "Connections closed by a timeout, by listener (service, admin) and timeout: header (header_read_timeout, answered 408), body (body_read_timeout, answered 408), idle (idle_timeout).",
+};
+
+/// Idle kept-alive HTTP/1 connections parked (hyper's buffers freed until the client's
+/// next bytes), by `listener`.
+pub const CONNECTIONS_PARKED: CounterSpec = CounterSpec {
+    name: "idempotency_connections_parked_total",
+    help: "Idle kept-alive HTTP/1 connections parked: their buffers freed until the client's next request, by listener (service, admin).",
 };
 
 /// Every value of the `timeout` label of [`CONNECTION_TIMEOUTS`].
@@ -173,6 +182,7 @@ fn background_series() -> Vec<Series> {
         series.push(limit);
         let timeouts = Series::new(CONNECTION_TIMEOUTS.name).with("listener", listener);
         series.extend(timeouts.each("timeout", &TIMEOUT_KINDS));
+        series.push(Series::new(CONNECTIONS_PARKED.name).with("listener", listener));
     }
     series
 }

@@ -150,6 +150,7 @@ where
     if !parking || stopping || !conn.reusable() {
         return H1::Ended(io);
     }
+    io.count_park();
     io.unread(parts.read_buf);
     H1::Parked((io, parts.service))
 }

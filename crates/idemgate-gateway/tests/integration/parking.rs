@@ -87,6 +87,15 @@ fn keyed(key: &str, version: &str, extra: &str) -> String {
     )
 }
 
+/// This process's count of parked service connections (every in-process gateway of the
+/// test binary adds to it).
+fn parks() -> f64 {
+    let metrics = idemgate_gateway::telemetry::prometheus().unwrap().render();
+    let series = "idempotency_connections_parked_total{listener=\"service\"} ";
+    let value = metrics.lines().find_map(|l| l.strip_prefix(series));
+    value.map_or(0.0, |v| v.parse().unwrap())
+}
+
 fn has(fields: &[(String, String)], name: &str, value: &str) -> bool {
     fields.iter().any(|(k, v)| k == name && v == value)
 }
@@ -97,16 +106,21 @@ async fn kept_alive_requests_are_served_in_turn_and_a_stop_closes_the_parked_con
     let gw = gateway(&up.base, "memory://", |_| {}).await;
     let mut client = Client::connect(&gw.base).await;
     let keys: Vec<String> = (0..3).map(|_| key()).collect();
+    let before = parks();
     for k in &keys {
         client.send(keyed(k, "1.1", "").as_bytes()).await;
         assert_eq!(client.answer().await.0, "HTTP/1.1 201 Created");
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     client.send(keyed(&keys[0], "1.1", "").as_bytes()).await;
     let (status, fields) = client.answer().await;
     assert_eq!(status, "HTTP/1.1 201 Created");
     assert!(has(&fields, "idempotent-replayed", "true"), "{fields:?}");
     assert_eq!(up.count(), 3);
+    assert!(
+        parks() >= before + 3.0,
+        "parked after each request idle 300 ms"
+    );
     gw.stop().await;
     assert!(
         client.closed().await,
@@ -119,7 +133,7 @@ async fn pipelined_requests_are_answered_in_order_whole_or_split_across_the_park
     let up = upstream().await;
     let gw = gateway(&up.base, "memory://", |_| {}).await;
     let mut client = Client::connect(&gw.base).await;
-    let (a, b, c, d) = (key(), key(), key(), key());
+    let (a, b, c, d, e) = (key(), key(), key(), key(), key());
     let two = keyed(&a, "1.1", "") + &keyed(&b, "1.1", "");
     client.send(two.as_bytes()).await;
     assert_eq!(client.answer().await.0, "HTTP/1.1 201 Created");
@@ -128,10 +142,21 @@ async fn pipelined_requests_are_answered_in_order_whole_or_split_across_the_park
     let (half, rest) = next.split_at(30);
     client.send((keyed(&c, "1.1", "") + half).as_bytes()).await;
     assert_eq!(client.answer().await.0, "HTTP/1.1 201 Created");
+    let before = parks();
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Parked once with the half head kept, then waiting for its rest: not parked again.
+    let parked = parks() - before;
+    assert!(
+        (1.0..50.0).contains(&parked),
+        "{parked} parks while a half head waited"
+    );
     client.send(rest.as_bytes()).await;
+    let (status, fields) = client.answer().await;
+    assert_eq!(status, "HTTP/1.1 201 Created");
+    assert!(!has(&fields, "connection", "close"), "{fields:?}");
+    client.send(keyed(&e, "1.1", "").as_bytes()).await;
     assert_eq!(client.answer().await.0, "HTTP/1.1 201 Created");
-    assert_eq!(up.count(), 4, "each ran once");
+    assert_eq!(up.count(), 5, "each ran once");
     gw.stop().await;
 }
 
@@ -180,7 +205,7 @@ async fn connection_close_and_http_1_0_end_the_connection_after_the_answer() {
             .send(keyed(&k, "1.0", "connection: keep-alive\r\n").as_bytes())
             .await;
         assert_eq!(client.answer().await.0, "HTTP/1.0 201 Created");
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(up.count(), 4);
     gw.stop().await;
