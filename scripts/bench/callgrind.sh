@@ -7,13 +7,15 @@
 #
 #   cargo build --release && scripts/bench/callgrind.sh sqlite fresh      (from the project root)
 #   scripts/bench/callgrind.sh redis replay
+#   scripts/bench/callgrind.sh memory pass     (no Idempotency-Key: the proxy alone)
 # Stores: memory, sqlite, redis (REDIS_URL, default redis://127.0.0.1:6379; the run's keys
 # carry their own prefix and are deleted at the end). Needs valgrind, nginx-light,
 # libnginx-mod-http-echo, python3 (redis-cli for redis). Knobs: IDEMGATE_BIN, GATEWAY_PORT
 # UPSTREAM_PORT (18101 18080; nginx also takes the next two).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-ST=${1:?store: memory, sqlite or redis} MODE=${2:?mode: fresh or replay}
+ST=${1:?store: memory, sqlite or redis} MODE=${2:?mode: fresh, replay or pass}
+case $MODE in fresh|replay|pass) ;; *) die "mode must be fresh, replay or pass" ;; esac
 need valgrind callgrind_control nginx python3
 GW_PORT=${GATEWAY_PORT:-18101} UP=${UPSTREAM_PORT:-18080}
 BIN=$(realpath "${IDEMGATE_BIN:-target/release/idemgate}")
@@ -46,8 +48,10 @@ mode, n, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 conn = http.client.HTTPConnection("127.0.0.1", port)
 body = '{"amount":100,"currency":"EUR","merchant":"m-42","note":"bench"}'
 for _ in range(n):
-    key = "callgrind-replay-key" if mode == "replay" else uuid.uuid4().hex
-    conn.request("POST", "/v1/payments", body, {"Idempotency-Key": key, "Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if mode != "pass":
+        headers["Idempotency-Key"] = "callgrind-replay-key" if mode == "replay" else uuid.uuid4().hex
+    conn.request("POST", "/v1/payments", body, headers)
     resp = conn.getresponse()
     resp.read()
     assert resp.status == 201, resp.status

@@ -1,8 +1,8 @@
 //! The connections of every listener (the gateway's or the key service's, and the admin
 //! listener): how many may be open at once and how long a client may take, and the accept
 //! loop that serves them with hyper (HTTP/1.1, and HTTP/2 by its preface, as `axum::serve`
-//! did), parks idle HTTP/1 connections without hyper's buffers ([`serving`]), and drains
-//! them at shutdown.
+//! did), parks idle HTTP/1 connections without hyper's buffers (100 ms after their last
+//! request), and drains them at shutdown.
 //!
 //! # What each timeout covers
 //! - `header_read_timeout` ([`Limits::header_read_timeout`]): from the moment a connection is
