@@ -24,6 +24,10 @@ pub(crate) struct Conn {
     /// Set by [`TimedIo`](super::deadline::TimedIo) when hyper waits for the next request on an idle connection that
     /// is [`reusable`](Self::reusable): the connection can be parked.
     pub(super) park: AtomicBool,
+    /// A park was asked for but hyper was not idle (a head it had begun to read, a
+    /// response not yet flushed): hyper ends the connection itself, and no park is asked
+    /// for again before it has.
+    park_failed: AtomicBool,
 }
 
 impl Conn {
@@ -48,6 +52,22 @@ impl Conn {
     /// Whether [`TimedIo`](super::deadline::TimedIo) asked for the connection to be parked since the last call.
     pub(crate) fn take_park(&self) -> bool {
         self.park.swap(false, SeqCst)
+    }
+
+    /// A new hyper connection serves the connection: parks may be asked for again.
+    pub(crate) fn serving(&self) {
+        self.park.store(false, SeqCst);
+        self.park_failed.store(false, SeqCst);
+    }
+
+    /// hyper did not let the connection go when asked ([`Self::park_failed`]).
+    pub(crate) fn set_park_failed(&self) {
+        self.park_failed.store(true, SeqCst);
+    }
+
+    /// Whether a park failed on the hyper connection serving the connection now.
+    pub(crate) fn park_failed(&self) -> bool {
+        self.park_failed.load(SeqCst)
     }
 }
 

@@ -323,7 +323,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TimedIo<IO> {
             }
             if self.timer.deadline() >= self.park_at {
                 self.conn.park.store(true, SeqCst);
-                return Poll::Pending;
+                // The read deadline holds whether the park happens or not.
+                return self.poll_deadline(cx);
             }
             // It fired for an earlier wait.
             let at = self.park_at;
@@ -334,7 +335,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TimedIo<IO> {
     /// Whether the connection is idle since its last request ended, with nothing read since
     /// and the request having left it reusable.
     fn parkable(&mut self) -> bool {
-        !self.h2 && self.idle() && self.wait == Wait::Idle && self.conn.reusable()
+        !self.h2
+            && self.idle()
+            && self.wait == Wait::Idle
+            && self.conn.reusable()
+            && !self.conn.park_failed()
     }
 }
 

@@ -48,7 +48,17 @@ pub(super) fn service(
 > + Send
        + 'static {
     hyper::service::service_fn(move |req| -> Answering {
-        Box::pin(answer(app.clone(), addr, conn.clone(), conf.clone(), req))
+        // In flight from the call, before hyper polls anything else (a read it makes
+        // meanwhile must not find the connection idle).
+        let in_flight = conn.begin();
+        Box::pin(answer(
+            app.clone(),
+            addr,
+            conn.clone(),
+            in_flight,
+            conf.clone(),
+            req,
+        ))
     })
 }
 
@@ -57,10 +67,10 @@ async fn answer(
     app: Router,
     addr: SocketAddr,
     conn: Arc<Conn>,
+    in_flight: InFlight,
     conf: Listening,
     req: Request<Incoming>,
 ) -> Result<Response<Tracked>, Infallible> {
-    let in_flight = conn.begin();
     let stalled = Arc::new(AtomicBool::new(false));
     let h1 = req.version() < Version::HTTP_2;
     let mut keep_alive = h1 && keeps_alive(req.version(), req.headers());

@@ -10,7 +10,6 @@
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::task::Poll;
 
 use hyper::body::{Body, Incoming};
 use hyper::server::conn::{http1, http2};
@@ -125,20 +124,27 @@ where
     B: Body + 'static,
     B::Error: Into<BoxError>,
 {
+    conn.serving();
     let mut hyper = h1.serve_connection(TokioIo::new(io), service);
     let (mut parking, mut stopping) = (false, false);
-    let served = poll_fn(|cx| loop {
+    let served = poll_fn(|cx| {
         if !stopping && stopped.as_mut().poll(cx).is_ready() {
             stopping = true;
             Pin::new(&mut hyper).graceful_shutdown();
         }
-        match hyper.poll_without_shutdown(cx) {
-            Poll::Pending if !stopping && !parking && conn.take_park() => {
-                parking = true;
-                Pin::new(&mut hyper).graceful_shutdown();
-            }
-            polled => return polled,
+        let polled = hyper.poll_without_shutdown(cx);
+        if polled.is_ready() || stopping || parking || !conn.take_park() {
+            return polled;
         }
+        parking = true;
+        Pin::new(&mut hyper).graceful_shutdown();
+        // An idle hyper connection ends at once; one that is not (a head begun, a response
+        // not flushed) answers what it reads with `Connection: close`.
+        let polled = hyper.poll_without_shutdown(cx);
+        if polled.is_pending() {
+            conn.set_park_failed();
+        }
+        polled
     })
     .await;
     if let Err(e) = served {
@@ -147,7 +153,7 @@ where
     }
     let parts = hyper.into_parts();
     let mut io = parts.io.into_inner();
-    if !parking || stopping || !conn.reusable() {
+    if !parking || conn.park_failed() || stopping || !conn.reusable() {
         return H1::Ended(io);
     }
     io.count_park();

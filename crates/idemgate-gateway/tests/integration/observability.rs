@@ -92,7 +92,9 @@ async fn metrics_move_with_traffic_and_are_described() {
         ("op", "insert_or_get"),
         ("le", "0.005"),
     ];
-    assert!(sample(&text, "idempotency_store_duration_seconds_bucket", &store) >= 6.0);
+    // The three acquires (a replay, a mismatch and a 409 are read first, without an
+    // insert); other tests of this process add theirs.
+    assert!(sample(&text, "idempotency_store_duration_seconds_bucket", &store) >= 3.0);
     assert!(
         !text.contains("quantile="),
         "histograms, not summaries: {text}"

@@ -258,3 +258,61 @@ async fn a_request_head_over_64_kib_is_431_and_a_head_under_it_is_served() {
     assert_eq!(up.count(), 1);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn the_first_byte_of_a_head_sent_with_the_last_request_is_bounded_and_the_stop_ends_it() {
+    let up = upstream().await;
+    let gw = gateway(&up.base, "memory://", |c| {
+        c.header_read_timeout = "1s".into();
+        c.idle_timeout = "2s".into();
+    })
+    .await;
+    let mut client = Client::connect(&gw.base).await;
+    let mut idle = Client::connect(&gw.base).await;
+    client
+        .send((keyed(&key(), "1.1", "") + "P").as_bytes())
+        .await;
+    idle.send((keyed(&key(), "1.1", "") + "P").as_bytes()).await;
+    assert_eq!(client.answer().await.0, "HTTP/1.1 201 Created");
+    assert_eq!(idle.answer().await.0, "HTTP/1.1 201 Created");
+    let since = tokio::time::Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), client.read.read_to_end(&mut rest));
+    assert!(matches!(read.await, Ok(Ok(_))), "closed by a deadline");
+    assert!(
+        since.elapsed() <= Duration::from_secs(5),
+        "{:?}",
+        since.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The other is stopped before its deadline: the stop does not wait for it.
+    let stopping = tokio::time::Instant::now();
+    gw.stop().await;
+    assert!(
+        stopping.elapsed() <= Duration::from_secs(3),
+        "{:?}",
+        stopping.elapsed()
+    );
+    assert_eq!(up.count(), 2);
+}
+
+#[tokio::test]
+async fn a_pipelined_request_is_never_answered_close_on_a_connection_kept_open() {
+    let up = upstream().await;
+    let gw = gateway(&up.base, "memory://", |_| {}).await;
+    let mut client = Client::connect(&gw.base).await;
+    let slow = keyed(&key(), "1.1", "").replace("/payments ", "/payments?delay_ms=300 ");
+    client
+        .send((keyed(&key(), "1.1", "") + &slow).as_bytes())
+        .await;
+    for _ in 0..2 {
+        let (status, fields) = client.answer().await;
+        assert_eq!(status, "HTTP/1.1 201 Created");
+        assert!(!has(&fields, "connection", "close"), "{fields:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    client.send(keyed(&key(), "1.1", "").as_bytes()).await;
+    assert_eq!(client.answer().await.0, "HTTP/1.1 201 Created");
+    assert_eq!(up.count(), 3);
+    gw.stop().await;
+}
