@@ -308,6 +308,7 @@ async fn readyz(State(Ready { store, dur }): State<Ready>) -> impl IntoResponse 
 }
 
 async fn metrics_text() -> impl IntoResponse {
+    crate::logging::export_dropped();
     match crate::telemetry::prometheus() {
         Some(h) => (StatusCode::OK, h.render()),
         None => (

@@ -31,6 +31,7 @@ pub mod gauges;
 pub mod host;
 pub mod key_service;
 pub mod linger;
+pub mod logging;
 pub mod migrate;
 pub mod openapi;
 pub mod proxy;
@@ -54,17 +55,7 @@ pub async fn main(demo: impl AsyncFnOnce(Command) -> anyhow::Result<()>) -> std:
         Command::Demo => "error",
         _ => "info",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| default_level.into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        cli::LogFormat::Json => logs.json().init(),
-        cli::LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
+    let _logging = logging::init(cli.log_format, default_level);
     match dispatch(cli.command, demo).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

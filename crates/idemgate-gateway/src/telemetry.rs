@@ -62,7 +62,7 @@ pub const PURGE_RESULTS: [&str; 2] = ["ok", "error"];
 /// [`UNCONFIRMED_WRITES`]), its forward journal ([`JOURNAL_COUNTERS`]) and the listeners'
 /// connections ([`CONNECTIONS_LIMIT_REACHED`], [`CONNECTION_TIMEOUTS`],
 /// [`CONNECTIONS_PARKED`]), in both commands.
-pub const COUNTERS: [CounterSpec; 10] = [
+pub const COUNTERS: [CounterSpec; 11] = [
     CounterSpec {
         name: "idempotency_purged_records_total",
         help: "Expired records deleted by the purge (in-process or `idemgate purge`).",
@@ -94,6 +94,7 @@ pub const COUNTERS: [CounterSpec; 10] = [
     CONNECTIONS_LIMIT_REACHED,
     CONNECTION_TIMEOUTS,
     CONNECTIONS_PARKED,
+    ACCESS_LOG_DROPPED,
 ];
 
 /// Open connections of a listener, by `listener` (`service`, `admin`): a gauge.
@@ -117,6 +118,12 @@ pub const CONNECTION_TIMEOUTS: CounterSpec = CounterSpec {
 pub const CONNECTIONS_PARKED: CounterSpec = CounterSpec {
     name: "idempotency_connections_parked_total",
     help: "Idle kept-alive HTTP/1 connections parked: their buffers freed until the client's next request, by listener (service, admin).",
+};
+
+/// Access log lines dropped because their queue was full ([`crate::logging`]).
+pub const ACCESS_LOG_DROPPED: CounterSpec = CounterSpec {
+    name: "idempotency_access_log_dropped_total",
+    help: "Access log lines dropped because stderr fell behind and their queue was full (other log lines are never dropped).",
 };
 
 /// Every value of the `timeout` label of [`CONNECTION_TIMEOUTS`].
@@ -176,6 +183,7 @@ fn background_series() -> Vec<Series> {
     let mut series = Series::new(PURGE_RUNS).each("result", &PURGE_RESULTS);
     series.push(Series::new("idempotency_purged_records_total"));
     series.push(Series::new("idempotency_store_gauges_errors_total"));
+    series.push(Series::new(ACCESS_LOG_DROPPED.name));
     let listeners = [crate::connections::SERVICE, crate::connections::ADMIN];
     for listener in listeners {
         let limit = Series::new(CONNECTIONS_LIMIT_REACHED.name).with("listener", listener);
