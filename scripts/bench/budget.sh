@@ -26,9 +26,12 @@ if [ -z "${IDEMGATE_BIN:-}" ]; then
   export IDEMGATE_BIN=${CARGO_TARGET_DIR:-target}/release/idemgate
 fi
 
-# count STORE MODE: instructions per request of one run
+RUN_LOG=$(mktemp /tmp/idemgate-budget.XXXXXX)
+trap 'rm -f "$RUN_LOG"' EXIT
+
+# count STORE MODE: instructions per request of one run (its output kept in RUN_LOG)
 count() {
-  "$BENCH_DIR/callgrind.sh" "$1" "$2" 2>&1 | tee "${TMPDIR:-/tmp}/idemgate-budget.log" \
+  "$BENCH_DIR/callgrind.sh" "$1" "$2" 2>&1 | tee "$RUN_LOG" \
     | sed -n 's/^.*: \([0-9]*\) instructions per request$/\1/p' | tail -n1
 }
 
@@ -41,7 +44,7 @@ printf '%-16s %12s %12s %9s\n' scenario baseline measured change >&2
 for scenario in "${SCENARIOS[@]}"; do
   read -r st mode <<<"$scenario"
   n=$(count "$st" "$mode")
-  [ -n "$n" ] || die "no count for $scenario: $(tail -n5 "${TMPDIR:-/tmp}/idemgate-budget.log")"
+  [ -n "$n" ] || die "no count for $scenario: $(tail -n5 "$RUN_LOG")"
   base=$(baseline "$st" "$mode")
   if [ -z "$UPDATE" ] && [ -n "$base" ] && [ "$n" -gt $((base * (100 + TOLERANCE) / 100)) ]; then
     again=$(count "$st" "$mode")
