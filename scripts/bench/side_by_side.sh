@@ -8,6 +8,8 @@
 # Needs wrk, nginx-light, libnginx-mod-http-echo, redis-server (Debian packages), curl, python3.
 # PEER_BIN (optional): another idempotency proxy binary to run beside idemgate (its launch recipe
 # in common.sh:start_peer is written for ldclabs/idempotent-proxy).
+# Every gateway runs at the default log level (as users run it; IG_RUST_LOG overrides); the memory
+# store's gateway also serves a POST without a key (ig_memory_nokey: its proxy alone).
 # Knobs: DURATION=10 WARMUP_S=2 CONNS=32 THREADS=2 ROUNDS=3 IDEMGATE_STORES="sqlite redis memory"
 #        OUT=/tmp/sbs-<ts>; ports: REDIS_PORT UPSTREAM_PORT LOGGED_PORT NGINX_PROXY_PORT PEER_PORT
 #        IDEMGATE_PORT_BASE (defaults 16379 18080 18081 18082 18090 18100)
@@ -50,7 +52,7 @@ store = "$su"
 allow_anonymous = true
 TOML
   [ "$st" = redis ] && printf 'store_key_prefix = "sbs%s:"\n' "$port" | sed -i "4r /dev/stdin" "$d/gw.toml"
-  (cd "$d" && RUST_LOG=warn exec "$IDEMGATE_BIN" serve --config gw.toml) >"$d/log" 2>&1 &
+  (cd "$d" && exec env ${IG_RUST_LOG:+RUST_LOG=$IG_RUST_LOG} "$IDEMGATE_BIN" serve --config gw.toml) >"$d/log" 2>&1 &
   PID[ig_$st]=$!; remember_pid "${PID[ig_$st]}"; wait_port "$port"
   URL[ig_$st]="http://127.0.0.1:$port/v1/payments"
 done
@@ -78,6 +80,7 @@ for r in $(seq "$ROUNDS"); do
     key="replay-$name-r$r-$(date +%s%N)"
     curl -s -o /dev/null -X POST -H "Idempotency-Key: $key" -H 'Content-Type: application/json' -d "$BODY" "$u"
     scen "$r" "${name}_replay" "$u" "fixed:$key" "${PID[$name]}"
+    if [ "$name" = ig_memory ]; then scen "$r" ig_memory_nokey "$u" none "${PID[$name]}"; fi
   done
 done
 python3 - "$OUT/results.tsv" >"$OUT/summary.txt" <<'PY'
