@@ -26,6 +26,9 @@ pub const ACCESS_TARGET: &str = idemgate_tower::ACCESS_LOG_TARGET;
 /// Access lines the queue holds before it drops them.
 pub const ACCESS_QUEUE_LINES: usize = 65_536;
 
+/// Bytes of access lines the writer thread gathers into one write to stderr.
+const ACCESS_WRITE_BYTES: usize = 64 << 10;
+
 /// Access lines dropped so far, once logging is set up.
 static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
 
@@ -41,7 +44,10 @@ pub struct Logging {
 pub fn init(format: LogFormat, default_level: &str) -> Logging {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into());
     let ansi = matches!(format, LogFormat::Text) && std::io::stderr().is_terminal();
-    let (access, guard) = access_queue(std::io::stderr(), ACCESS_QUEUE_LINES);
+    // Buffered: the writer thread writes what queued up meanwhile in one call and flushes
+    // whenever the queue is empty (a line is never split: it fits in the buffer).
+    let stderr = std::io::BufWriter::with_capacity(ACCESS_WRITE_BYTES, std::io::stderr());
+    let (access, guard) = access_queue(stderr, ACCESS_QUEUE_LINES);
     let _ = DROPPED.set(access.error_counter());
     tracing_subscriber::registry()
         .with(filter)
