@@ -21,8 +21,8 @@ pub(crate) struct Conn {
     /// Whether hyper may let the connection go once the last request ends (its body read to
     /// the end, keep-alive on both sides): set by the request when it ends.
     reusable: AtomicBool,
-    /// Set by [`TimedIo`](super::deadline::TimedIo) when hyper waits for the next request on an idle connection that
-    /// is [`reusable`](Self::reusable): the connection can be parked.
+    /// Set by [`TimedIo`](super::deadline::TimedIo) when hyper waits for the next request on
+    /// an idle connection that is [`reusable`](Self::reusable): the connection can be parked.
     pub(super) park: AtomicBool,
     /// A park was asked for but hyper was not idle (a head it had begun to read, a
     /// response not yet flushed): hyper ends the connection itself, and no park is asked
@@ -49,7 +49,8 @@ impl Conn {
         self.reusable.load(SeqCst)
     }
 
-    /// Whether [`TimedIo`](super::deadline::TimedIo) asked for the connection to be parked since the last call.
+    /// Whether [`TimedIo`](super::deadline::TimedIo) asked for the connection to be parked
+    /// since the last call.
     pub(crate) fn take_park(&self) -> bool {
         self.park.swap(false, SeqCst)
     }
@@ -76,6 +77,11 @@ impl Conn {
 pub(crate) struct InFlight(Arc<Conn>);
 
 impl InFlight {
+    /// The connection the request is in flight on.
+    pub(crate) fn conn(&self) -> Arc<Conn> {
+        self.0.clone()
+    }
+
     /// The response was written to its end; with `keep_alive` (neither the request nor the
     /// response asked to close) and the request's body read to its end, the connection is
     /// left [`reusable`](Conn::reusable).

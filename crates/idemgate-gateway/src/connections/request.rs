@@ -51,14 +51,7 @@ pub(super) fn service(
         // In flight from the call, before hyper polls anything else (a read it makes
         // meanwhile must not find the connection idle).
         let in_flight = conn.begin();
-        Box::pin(answer(
-            app.clone(),
-            addr,
-            conn.clone(),
-            in_flight,
-            conf.clone(),
-            req,
-        ))
+        Box::pin(answer(app.clone(), addr, in_flight, conf.clone(), req))
     })
 }
 
@@ -66,7 +59,6 @@ pub(super) fn service(
 async fn answer(
     app: Router,
     addr: SocketAddr,
-    conn: Arc<Conn>,
     in_flight: InFlight,
     conf: Listening,
     req: Request<Incoming>,
@@ -79,7 +71,7 @@ async fn answer(
     let timeout = conf.limits.body_read_timeout;
     let body = TimedBody::new(body, timeout, stalled.clone())
         .counted_as(conf.name)
-        .ending(conn);
+        .ending(in_flight.conn());
     let body = axum::body::Body::new(body);
     let mut response = app.oneshot(Request::from_parts(parts, body)).await?;
     if stalled.load(SeqCst) {
