@@ -9,12 +9,14 @@
 #   scripts/bench/callgrind.sh redis replay
 #   scripts/bench/callgrind.sh memory pass     (no Idempotency-Key: the proxy alone)
 # Stores: memory, sqlite, redis (REDIS_URL, default redis://127.0.0.1:6379; the run's keys
-# carry their own prefix and are deleted at the end). Needs valgrind, nginx-light,
-# libnginx-mod-http-echo, python3 (redis-cli for redis). Knobs: IDEMGATE_BIN, GATEWAY_PORT
-# UPSTREAM_PORT (18101 18080; nginx also takes the next two).
+# carry their own prefix and are deleted at the end), postgres (PG_URL, default
+# postgres://postgres@127.0.0.1:5432/test; a table of the run's own, dropped at the end).
+# Needs valgrind, nginx-light, libnginx-mod-http-echo, python3 (redis-cli for redis, psql for
+# postgres). Knobs: IDEMGATE_BIN, GATEWAY_PORT UPSTREAM_PORT (18101 18080; nginx also takes the
+# next two), CG_KEEP=DIR (keeps the callgrind output there, for callgrind_annotate).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-ST=${1:?store: memory, sqlite or redis} MODE=${2:?mode: fresh, replay or pass}
+ST=${1:?store: memory, sqlite, redis or postgres} MODE=${2:?mode: fresh, replay or pass}
 case $MODE in fresh|replay|pass) ;; *) die "mode must be fresh, replay or pass" ;; esac
 need valgrind callgrind_control nginx python3
 GW_PORT=${GATEWAY_PORT:-18101} UP=${UPSTREAM_PORT:-18080}
@@ -22,9 +24,12 @@ BIN=$(realpath "${IDEMGATE_BIN:-target/release/idemgate}")
 [ -x "$BIN" ] || die "no idemgate binary at $BIN (cargo build --release, or set IDEMGATE_BIN)"
 OUT=$(mktemp -d /tmp/idemgate-callgrind.XXXXXX) PREFIX="cg$$:"
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379}
+PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432/test} TABLE="cg_$$"
 cleanup() {
   stop_started
   [ "$ST" = redis ] && redis-cli -u "$REDIS_URL" --scan --pattern "$PREFIX*" | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null
+  [ "$ST" = postgres ] && psql -q "$PG_URL" -c "DROP TABLE IF EXISTS $TABLE, ${TABLE}_migrations, ${TABLE}_failovers" >/dev/null
+  [ -n "${CG_KEEP:-}" ] && mkdir -p "$CG_KEEP" && cp "$OUT"/cg.out* "$CG_KEEP/"
   rm -rf "$OUT"
 }
 trap cleanup EXIT
@@ -34,7 +39,8 @@ case $ST in
   sqlite) SU="sqlite://$OUT/idemgate.db" ;;
   memory) SU="memory://" ;;
   redis) need redis-cli; SU=$REDIS_URL; EXTRA="store_key_prefix = \"$PREFIX\"" ;;
-  *) die "store must be memory, sqlite or redis" ;;
+  postgres) need psql; SU=$PG_URL; EXTRA="store_table = \"$TABLE\"" ;;
+  *) die "store must be memory, sqlite, redis or postgres" ;;
 esac
 write_gateway_conf "$OUT/gw.toml" "$GW_PORT" "$UP" "$SU" "$EXTRA"
 (cd "$OUT" && RUST_LOG=warn exec valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" \

@@ -54,6 +54,12 @@ pub struct Config {
     /// Deadline of every store call; past it the request gets `503` and is never forwarded
     /// late. Default `2s`.
     pub store_timeout: String,
+    /// PostgreSQL only: the most connections the store's pool opens, from 1 to 1000. Each is
+    /// a server backend: keep the sum over every gateway and key service on the database
+    /// below its `max_connections`. Opened as requests need them, closed after 10 minutes
+    /// idle. With `require_synchronous_replication`, writes hold at most three quarters of
+    /// them. Restart-only. Default 16.
+    pub store_max_connections: u32,
     /// PostgreSQL only: every write waits until a synchronous standby has it, so a failover
     /// to that standby loses no record (docs/postgres-ha.md). The gateway refuses to start
     /// while the server's `synchronous_standby_names` is empty, and new keys get `503` (replays
@@ -195,6 +201,7 @@ impl Default for Config {
             store_ca_file: String::new(),
             store_migrate: true,
             store_timeout: humantime::format_duration(engine.store_timeout).to_string(),
+            store_max_connections: 16,
             require_synchronous_replication: false,
             redis_wait_replicas: 0,
             redis_wait_timeout: "500ms".into(),

@@ -35,6 +35,8 @@ pub struct OpenOptions {
     pub store_ca_file: Option<PathBuf>,
     /// Deadline of each call to an `idemgate://` store. Defaults to 2 s (`store_timeout`).
     pub store_timeout: Duration,
+    /// PostgreSQL: the most connections of the store's pool (`store_max_connections`).
+    pub max_connections: u32,
     /// What a write waits for on the store's replicas, and the forward journal.
     pub replication: Replication,
 }
@@ -100,6 +102,7 @@ pub async fn open(url: &StoreUrl, opts: &OpenOptions) -> anyhow::Result<AnyStore
         StoreUrl::Postgres(url) => {
             let journal = opts.replication.forward_journal.clone();
             let mut options = PostgresOptions::default()
+                .with_max_connections(opts.max_connections)
                 .with_require_synchronous_replication(opts.replication.require_synchronous)
                 .with_forward_journal(journal.clone());
             if let Some(table) = &opts.table {

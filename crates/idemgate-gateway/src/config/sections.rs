@@ -200,6 +200,7 @@ impl Config {
         }
         let store_timeout = engine.lifecycle.store_timeout;
         self.replication_section(store.as_ref(), store_timeout, errs);
+        self.pool_section(store.as_ref(), errs);
         self.journal_section(store.as_ref(), errs);
         let connections = self.connection_section(errs);
         let mut policy = self.routes_section(errs);

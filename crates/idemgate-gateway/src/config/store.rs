@@ -20,6 +20,10 @@ pub(super) struct Engine {
     pub(super) gauges_interval: Option<Duration>,
 }
 
+/// The most connections `store_max_connections` may ask for: more backends than one
+/// PostgreSQL server serves well (its own default `max_connections` is 100).
+pub(super) const MAX_STORE_CONNECTIONS: u32 = 1000;
+
 /// The most replicas `redis_wait_replicas` may ask for: more than any Redis deployment runs
 /// (a primary with fewer connected replicas refuses every new key).
 pub(super) const MAX_WAIT_REPLICAS: u32 = 16;
@@ -43,6 +47,25 @@ impl Config {
                 errs.push(format!("store: {e}"));
                 None
             }
+        }
+    }
+
+    /// `store_max_connections`: from 1 to [`MAX_STORE_CONNECTIONS`], and refused (unless
+    /// left at its default) on any store but PostgreSQL, whose pool it sizes. `store` is
+    /// `None` when invalid (reported already).
+    pub(super) fn pool_section(&self, store: Option<&StoreUrl>, errs: &mut Vec<String>) {
+        let n = self.store_max_connections;
+        if !(1..=MAX_STORE_CONNECTIONS).contains(&n) {
+            errs.push(format!(
+                "store_max_connections: must be from 1 to {MAX_STORE_CONNECTIONS}, not {n}"
+            ));
+        }
+        let default = Config::default().store_max_connections;
+        if n != default && store.is_some_and(|s| !matches!(s, StoreUrl::Postgres(_))) {
+            errs.push(format!(
+                "store_max_connections: PostgreSQL only (it sizes its connection pool); the store is {}:",
+                self.store_scheme()
+            ));
         }
     }
 
@@ -77,6 +100,7 @@ impl Config {
                 .then(|| self.store_ca_file.trim().into()),
             store_timeout: humantime::parse_duration(&self.store_timeout)
                 .unwrap_or(LifecycleConfig::default().store_timeout),
+            max_connections: self.store_max_connections,
             replication: self.replication(),
         }
     }

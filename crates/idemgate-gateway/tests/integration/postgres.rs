@@ -135,3 +135,48 @@ async fn database_down_is_503_and_recovers_without_a_restart() {
     assert_eq!(up.count(), 2);
     drop_table(&url, &t).await;
 }
+
+/// The connections open on the server under `application_name` `name`.
+async fn open_connections(pool: &sqlx::PgPool, name: &str) -> i64 {
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1";
+    sqlx::query_scalar(sql)
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_max_connections_bounds_the_pool() {
+    let Some(url) = database_url() else { return };
+    let up = upstream().await;
+    let t = table();
+    let name = format!("idem_pool_{:08x}", rand_u64() >> 32);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let named = format!("{url}{sep}application_name={name}");
+    let gw = gateway(&up.base, &named, |c| {
+        c.store_table = t.clone();
+        c.store_max_connections = 3;
+    })
+    .await;
+    let burst: Vec<_> = (0..60)
+        .map(|_| tokio::spawn(post(&gw.base, "/payments?delay_ms=50", Some(&key()), "{}").send()))
+        .collect();
+    let watcher = idemgate_postgres::PostgresStore::connect(&url)
+        .await
+        .unwrap();
+    let mut most = 0;
+    while !burst.iter().all(|t| t.is_finished()) {
+        most = most.max(open_connections(watcher.pool(), &name).await);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    for task in burst {
+        assert_eq!(task.await.unwrap().unwrap().status(), 201);
+    }
+    assert_eq!(up.count(), 60);
+    assert!(
+        (1..=3).contains(&most),
+        "{most} connections open, at most 3 allowed"
+    );
+    drop_table(&url, &t).await;
+}

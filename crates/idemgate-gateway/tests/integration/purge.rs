@@ -79,6 +79,7 @@ impl Target {
             store_token: None,
             store_ca_file: None,
             store_timeout: Duration::from_secs(2),
+            max_connections: 16,
             replication: Default::default(),
         };
         idemgate_gateway::store::open(&StoreUrl::parse(&self.url()).unwrap(), &opts)

@@ -142,3 +142,41 @@ fn redis_waits_for_a_bounded_number_of_replicas() {
         );
     }
 }
+
+#[test]
+fn the_pool_size_is_postgresql_only_bounded_and_restart_only() {
+    let key = |n: u64| format!("store_max_connections = {n}\n");
+    for n in [1, 64, 1000] {
+        assert!(errors("postgres://app@db/pay", &key(n)).is_empty(), "{n}");
+    }
+    for n in [0, 1001] {
+        let errs = errors("postgres://app@db/pay", &key(n));
+        assert!(named(&errs, "store_max_connections"), "{n}: {errs:?}");
+    }
+    let text = format!("store = \"postgres://db/pay\"\n{}", key(1 << 32));
+    let err = Config::from_toml(&text).unwrap_err().to_string();
+    assert!(err.contains("store_max_connections"), "{err}");
+    for store in [
+        "sqlite://./x.db",
+        "redis://c:6379",
+        "memory://",
+        "idemgate://ks:8081",
+    ] {
+        let errs = errors(store, &key(32));
+        assert!(named(&errs, "store_max_connections"), "{store}: {errs:?}");
+        // The default is every store's.
+        assert!(errors(store, &key(16)).is_empty(), "{store}");
+    }
+    let pg = |keys: &str| {
+        let text = format!("upstream = \"http://a:1\"\nstore = \"postgres://db/pay\"\n{keys}");
+        Config::from_toml(&text).unwrap().validate().unwrap()
+    };
+    assert_eq!(pg("").base.store_options.max_connections, 16);
+    let changed = pg(&key(48));
+    assert_eq!(changed.base.store_options.max_connections, 48);
+    let restart = crate::reload::restart_only(&pg(""), &changed);
+    assert!(
+        restart.iter().any(|k| k.contains("store_max_connections")),
+        "{restart:?}"
+    );
+}
