@@ -1,13 +1,14 @@
 //! The process's logs, on stderr, as text or JSON lines; levels and targets from `RUST_LOG`.
 //!
-//! The access log (target [`ACCESS_TARGET`], one `info` line per covered request) is written
-//! by a thread of its own from a buffer of at most [`ACCESS_BUFFER_BYTES`] (`batch.rs`), in
-//! one write per [`ACCESS_GATHER`] while lines keep coming: a request never waits for
-//! stderr. When the buffer is full (stderr slower than the requests, e.g. a blocked pipe),
-//! access lines are dropped and counted in `idempotency_access_log_dropped_total`. Every
-//! other line (start-up, warnings, errors, operator audit lines) is written by the thread
-//! that logs it and is never dropped. The buffer is written out when the [`Logging`] guard
-//! is dropped, at exit.
+//! Every line is written by a thread of its own from one buffer (`batch.rs`), so no request
+//! waits for stderr. The access log (target [`ACCESS_TARGET`], one `info` line per covered
+//! request) fills at most [`ACCESS_BUFFER_BYTES`] of it and is written in one write per
+//! [`ACCESS_GATHER`] while lines keep coming; when the buffer is full (stderr slower than the
+//! requests, e.g. a blocked pipe), access lines are dropped and counted in
+//! `idempotency_access_log_dropped_total`. Every other line (start-up, warnings, errors,
+//! operator audit lines) is written at once and never dropped: it may use
+//! [`OTHER_RESERVE_BYTES`] more, and only past that does the thread that logs it wait for
+//! stderr. The buffer is written out when the [`Logging`] guard is dropped, at exit.
 
 mod batch;
 
@@ -31,6 +32,10 @@ pub const ACCESS_TARGET: &str = idemgate_tower::ACCESS_LOG_TARGET;
 /// about 15,000 lines (the writer holds one more batch while it writes it).
 pub const ACCESS_BUFFER_BYTES: usize = 4 << 20;
 
+/// Bytes beyond [`ACCESS_BUFFER_BYTES`] that other lines (warnings, errors, audit lines) may
+/// fill while stderr is blocked before the thread that logs one waits: 4 MiB.
+pub const OTHER_RESERVE_BYTES: usize = 4 << 20;
+
 /// How long the writer thread gathers access lines after the first one before it writes
 /// them: 10 ms, the most an access line waits while stderr keeps up.
 pub const ACCESS_GATHER: Duration = Duration::from_millis(10);
@@ -50,29 +55,31 @@ pub struct Logging {
 pub fn init(format: LogFormat, default_level: &str) -> Logging {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default_level.into());
     let ansi = matches!(format, LogFormat::Text) && std::io::stderr().is_terminal();
-    let (access, guard) = access_writer(std::io::stderr(), ACCESS_BUFFER_BYTES);
-    let _ = ACCESS.set(access.clone());
+    let (writer, guard) = log_writer(std::io::stderr(), ACCESS_BUFFER_BYTES);
+    let _ = ACCESS.set(writer.clone());
     tracing_subscriber::registry()
         .with(filter)
-        .with(layers(format, ansi, access, std::io::stderr))
+        .with(layers(format, ansi, &writer))
         .init();
     Logging { _access: guard }
 }
 
-/// A buffer of at most `limit` bytes in front of `sink`, written by a thread of its own.
-fn access_writer<W>(sink: W, limit: usize) -> (Batch, BatchGuard)
+/// A buffer in front of `sink`, `limit` bytes for access lines and
+/// [`OTHER_RESERVE_BYTES`] more for the others, written by a thread of its own.
+fn log_writer<W>(sink: W, limit: usize) -> (Batch, BatchGuard)
 where
     W: std::io::Write + Send + 'static,
 {
-    Batch::new(sink, limit, ACCESS_GATHER, "idemgate-access-log")
+    let sizes = (limit, OTHER_RESERVE_BYTES);
+    Batch::new(sink, sizes, ACCESS_GATHER, "idemgate-log-writer")
 }
 
-/// The access log's layer on `access` and every other line's on `rest`.
-fn layers<S, R>(format: LogFormat, ansi: bool, access: Batch, rest: R) -> impl Layer<S>
+/// The access log's layer and every other line's, both on `writer`.
+fn layers<S>(format: LogFormat, ansi: bool, writer: &Batch) -> impl Layer<S>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-    R: for<'w> fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
+    let (access, rest) = (writer.access(), writer.other());
     let is_access = filter_fn(|m| m.target() == ACCESS_TARGET);
     let other = filter_fn(|m| m.target() != ACCESS_TARGET);
     let (access, rest) = (
@@ -110,28 +117,32 @@ mod tests {
 
     use super::*;
 
-    /// A sink that takes nothing until `open` is set: stderr behind a stuck pipe.
-    struct Stuck(Arc<Mutex<bool>>);
+    /// A sink that takes nothing until `open` is set (stderr behind a stuck pipe), then
+    /// keeps what it is given.
+    #[derive(Clone, Default)]
+    struct Gate {
+        open: Arc<Mutex<bool>>,
+        kept: Arc<Mutex<Vec<u8>>>,
+    }
 
-    impl Write for Stuck {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            while !*self.0.lock().unwrap() {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            Ok(buf.len())
+    impl Gate {
+        fn opened() -> Self {
+            let gate = Self::default();
+            *gate.open.lock().unwrap() = true;
+            gate
         }
 
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
+        fn text(&self) -> String {
+            String::from_utf8(self.kept.lock().unwrap().clone()).unwrap()
         }
     }
 
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Lines {
+    impl Write for Gate {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
+            while !*self.open.lock().unwrap() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            self.kept.lock().unwrap().extend_from_slice(buf);
             Ok(buf.len())
         }
 
@@ -141,15 +152,13 @@ mod tests {
     }
 
     #[test]
-    fn a_stuck_sink_drops_and_counts_access_lines_and_never_other_lines() {
-        let open = Arc::new(Mutex::new(false));
-        // Room for 8 lines of about 100 bytes.
-        let (access, guard) = access_writer(Stuck(open.clone()), 800);
-        let dropped = access.clone();
-        let rest = Lines::default();
-        let sink = rest.clone();
-        let layers = layers(LogFormat::Json, false, access, move || sink.clone());
-        let subscriber = tracing_subscriber::registry().with(layers);
+    fn a_stuck_stderr_drops_and_counts_access_lines_and_blocks_no_logging_thread() {
+        let gate = Gate::default();
+        // Room for about 5 access lines of JSON.
+        let (writer, guard) = log_writer(gate.clone(), 800);
+        let subscriber =
+            tracing_subscriber::registry().with(layers(LogFormat::Json, false, &writer));
+        // Had a line been written by the thread that logs it, this would never return.
         tracing::subscriber::with_default(subscriber, || {
             for i in 0..100 {
                 tracing::info!(target: ACCESS_TARGET, i, "request");
@@ -158,30 +167,33 @@ mod tests {
                 tracing::warn!(i, "a warning");
             }
         });
-        // The writer thread holds at most one batch, the buffer 8 lines: the rest were
+        // The writer thread holds at most one batch, the buffer 5 lines: the rest were
         // dropped.
-        assert!(dropped.dropped() >= 100 - 2 * 8, "{}", dropped.dropped());
-        let written = String::from_utf8(rest.0.lock().unwrap().clone()).unwrap();
-        assert_eq!(written.lines().count(), 20, "{written}");
-        assert!(
-            written.lines().all(|l| l.contains("a warning")),
-            "{written}"
-        );
-        *open.lock().unwrap() = true;
+        assert!(writer.dropped() >= 100 - 2 * 8, "{}", writer.dropped());
+        *gate.open.lock().unwrap() = true;
         drop(guard);
+        let written = gate.text();
+        let warnings = written.lines().filter(|l| l.contains("a warning")).count();
+        assert_eq!(warnings, 20, "{written}");
+        let access = written.lines().filter(|l| l.contains("request")).count();
+        assert_eq!(access as u64 + writer.dropped(), 100, "{written}");
     }
 
     #[test]
-    fn every_access_line_is_written_whole_and_in_order_by_the_guard_at_exit() {
-        let sink = Lines::default();
-        let (access, guard) = access_writer(sink.clone(), 1 << 20);
+    fn every_line_is_written_whole_and_in_order_by_the_guard_at_exit() {
+        let gate = Gate::opened();
+        let (writer, guard) = log_writer(gate.clone(), 1 << 20);
         let threads: Vec<_> = (0..4)
             .map(|t| {
-                let access = access.clone();
+                let lines = if t % 2 == 0 {
+                    writer.access()
+                } else {
+                    writer.other()
+                };
                 std::thread::spawn(move || {
                     for i in 0..500 {
                         let line = format!("thread {t} line {i:04} {}\n", "x".repeat(t * 7));
-                        access.make_writer().write_all(line.as_bytes()).unwrap();
+                        lines.make_writer().write_all(line.as_bytes()).unwrap();
                     }
                 })
             })
@@ -190,8 +202,8 @@ mod tests {
             thread.join().unwrap();
         }
         drop(guard);
-        assert_eq!(access.dropped(), 0);
-        let written = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(writer.dropped(), 0);
+        let written = gate.text();
         assert_eq!(written.lines().count(), 2000);
         for t in 0..4 {
             let mine: Vec<&str> = written
@@ -207,16 +219,25 @@ mod tests {
 
     #[test]
     fn the_writer_writes_while_the_process_runs() {
-        let sink = Lines::default();
-        let (access, _guard) = access_writer(sink.clone(), 1 << 20);
-        access.make_writer().write_all(b"one line\n").unwrap();
-        // Not a timing assertion: the line must arrive at some point before the guard drops.
+        let gate = Gate::opened();
+        let (writer, _guard) = log_writer(gate.clone(), 1 << 20);
+        writer
+            .access()
+            .make_writer()
+            .write_all(b"one line\n")
+            .unwrap();
+        writer
+            .other()
+            .make_writer()
+            .write_all(b"a warning\n")
+            .unwrap();
+        // Not a timing assertion: the lines must arrive at some point before the guard drops.
         for _ in 0..2000 {
-            if !sink.0.lock().unwrap().is_empty() {
+            if gate.text().lines().count() == 2 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        assert_eq!(&sink.0.lock().unwrap()[..], b"one line\n");
+        assert_eq!(gate.text(), "one line\na warning\n");
     }
 }

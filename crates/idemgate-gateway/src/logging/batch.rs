@@ -1,15 +1,20 @@
-//! The access log's writer: a bounded buffer that the logging threads append whole lines
-//! to, written out by a thread of its own in batches.
+//! The log's writer: a bounded buffer that the logging threads append whole lines to,
+//! written out by a thread of its own in batches, so no logging thread writes to stderr
+//! itself (a blocked stderr would stop it, and with it the requests of its runtime).
 //!
 //! A logging thread appends its line under a lock and returns; it wakes the writer thread
-//! only when the buffer was empty. The writer then waits [`Batch::new`]'s `gather` for more
-//! lines and writes everything that queued up in one `write`. Under load that is one wake-up
-//! and one write per `gather` instead of one per line (a wake-up per line cost a proxied
-//! request about a fifth of its CPU); idle, the thread sleeps until a line comes.
+//! only when the buffer was empty or the line must not wait. For access lines the writer
+//! then waits [`Batch::new`]'s `gather` for more and writes everything that queued up in one
+//! `write`: under load one wake-up and one write per `gather` instead of one per line (a
+//! wake-up per line was an eighth of a proxied request's system calls); idle, the thread
+//! sleeps until a line comes. Any other line is written at once.
 //!
-//! A line that would take the buffer past its limit is dropped and counted
-//! ([`Batch::dropped`]): the requests never wait for stderr. Dropping the [`BatchGuard`]
-//! writes out what is left.
+//! Access lines ([`Batch::access`]) fill the buffer up to its `limit`; one that would take it
+//! further is dropped and counted ([`Batch::dropped`]). Other lines ([`Batch::other`]) are
+//! never dropped: they may use a `reserve` beyond the limit, and only when that is full too
+//! (stderr blocked for that long) does the logging thread wait for room. Dropping the
+//! [`BatchGuard`] writes out what is left; lines logged after that are written by their own
+//! thread.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,17 +28,23 @@ use tracing_subscriber::fmt::MakeWriter;
 #[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
-    /// Signalled when a line lands in an empty buffer, and at close.
+    /// Signalled when a line lands in an empty buffer, when one must not wait, and at close.
     ready: Condvar,
-    /// Lines dropped because the buffer was full (or the writer gone).
+    /// Signalled when the writer has taken the buffer.
+    room: Condvar,
+    /// Access lines dropped because the buffer was full (or the writer gone).
     dropped: AtomicU64,
-    /// The most bytes the buffer holds.
+    /// The most bytes of the buffer access lines may fill.
     limit: usize,
+    /// Bytes beyond `limit` that other lines may fill before their threads wait.
+    reserve: usize,
 }
 
 #[derive(Debug, Default)]
 struct State {
     buf: Vec<u8>,
+    /// A line that must not wait for the gathering is in `buf`.
+    urgent: bool,
     closed: bool,
 }
 
@@ -42,9 +53,17 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends one line (one `write` call of the fmt layer: a whole formatted event), or
-    /// counts it dropped.
-    fn append(&self, line: &[u8]) {
+    /// Appends one line (one `write` call of the fmt layer: a whole formatted event).
+    fn append(&self, line: &[u8], access: bool) {
+        if access {
+            self.append_access(line)
+        } else {
+            self.append_other(line)
+        }
+    }
+
+    /// Appends an access line, or counts it dropped.
+    fn append_access(&self, line: &[u8]) {
         let mut state = self.lock();
         if state.closed || state.buf.len() + line.len() > self.limit {
             drop(state);
@@ -58,13 +77,41 @@ impl Shared {
             self.ready.notify_one();
         }
     }
+
+    /// Appends any other line, waiting for room while the buffer and its reserve are full.
+    fn append_other(&self, line: &[u8]) {
+        let mut state = self.lock();
+        loop {
+            if state.closed {
+                drop(state);
+                let _ = std::io::stderr().write_all(line);
+                return;
+            }
+            let fits = state.buf.len() + line.len() <= self.limit + self.reserve;
+            if fits || state.buf.is_empty() {
+                break;
+            }
+            state = self.room.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.buf.extend_from_slice(line);
+        state.urgent = true;
+        drop(state);
+        self.ready.notify_one();
+    }
 }
 
-/// The access log's [`MakeWriter`]: each event's line is appended to the shared buffer.
-/// Cloning shares the buffer.
+/// The log's writer: each event's line is appended to the shared buffer, through
+/// [`Batch::access`] or [`Batch::other`]. Cloning shares the buffer.
 #[derive(Clone, Debug)]
 pub(crate) struct Batch {
     shared: Arc<Shared>,
+}
+
+/// The [`MakeWriter`] of access lines (lossy) or of other lines (never dropped).
+#[derive(Clone, Debug)]
+pub(crate) struct Lines {
+    shared: Arc<Shared>,
+    access: bool,
 }
 
 /// Keeps the writer thread: dropping it writes out the buffer and joins the thread.
@@ -75,20 +122,28 @@ pub(crate) struct BatchGuard {
 }
 
 impl Batch {
-    /// A buffer of at most `limit` bytes in front of `sink`, written by the thread `name`
-    /// at most once per `gather` while lines keep coming.
+    /// A buffer in front of `sink` of `limit` bytes for access lines and `reserve` more for
+    /// the others, written by the thread `name`, access lines at most once per `gather`
+    /// while they keep coming.
     ///
     /// # Panics
     /// When the thread cannot be spawned (at start-up, as `std::thread::spawn`).
-    pub(crate) fn new<W>(sink: W, limit: usize, gather: Duration, name: &str) -> (Self, BatchGuard)
+    pub(crate) fn new<W>(
+        sink: W,
+        (limit, reserve): (usize, usize),
+        gather: Duration,
+        name: &str,
+    ) -> (Self, BatchGuard)
     where
         W: Write + Send + 'static,
     {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             ready: Condvar::new(),
+            room: Condvar::new(),
             dropped: AtomicU64::new(0),
             limit,
+            reserve,
         });
         let writer = shared.clone();
         let thread = std::thread::Builder::new()
@@ -102,9 +157,26 @@ impl Batch {
         (Self { shared }, guard)
     }
 
-    /// Lines dropped so far because the buffer was full.
+    /// Access lines dropped so far because the buffer was full.
     pub(crate) fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The writer of access lines: dropped when the buffer is full.
+    pub(crate) fn access(&self) -> Lines {
+        self.lines(true)
+    }
+
+    /// The writer of every other line: never dropped.
+    pub(crate) fn other(&self) -> Lines {
+        self.lines(false)
+    }
+
+    fn lines(&self, access: bool) -> Lines {
+        Lines {
+            shared: self.shared.clone(),
+            access,
+        }
     }
 }
 
@@ -120,13 +192,15 @@ fn write_batches<W: Write>(shared: &Shared, mut sink: W, gather: Duration) {
         if state.buf.is_empty() {
             return; // closed and written out
         }
-        if !state.closed {
+        if !state.closed && !state.urgent {
             drop(state);
             std::thread::sleep(gather);
             state = shared.lock();
         }
         std::mem::swap(&mut state.buf, &mut out);
+        state.urgent = false;
         drop(state);
+        shared.room.notify_all();
         // Nothing to do about a failed write to stderr: the lines are lost either way.
         let _ = sink.write_all(&out).and_then(|()| sink.flush());
         out.clear();
@@ -141,6 +215,7 @@ impl Drop for BatchGuard {
     fn drop(&mut self) {
         self.shared.lock().closed = true;
         self.shared.ready.notify_one();
+        self.shared.room.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -149,11 +224,14 @@ impl Drop for BatchGuard {
 
 /// One event's writer: its line goes to the buffer in one piece.
 #[derive(Debug)]
-pub(crate) struct Line<'a>(&'a Shared);
+pub(crate) struct Line<'a> {
+    shared: &'a Shared,
+    access: bool,
+}
 
 impl Write for Line<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.append(buf);
+        self.shared.append(buf, self.access);
         Ok(buf.len())
     }
 
@@ -162,10 +240,74 @@ impl Write for Line<'_> {
     }
 }
 
-impl<'a> MakeWriter<'a> for Batch {
+impl<'a> MakeWriter<'a> for Lines {
     type Writer = Line<'a>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        Line(&self.shared)
+        Line {
+            shared: &self.shared,
+            access: self.access,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    /// A sink that takes nothing until `open` is set: stderr behind a stuck pipe.
+    #[derive(Clone, Default)]
+    struct Gate {
+        open: Arc<AtomicBool>,
+        kept: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Write for Gate {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            while !self.open.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            self.kept.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn other_lines_wait_for_room_only_past_the_reserve() {
+        let gate = Gate::default();
+        let gather = Duration::from_millis(10);
+        let (writer, guard) = Batch::new(gate.clone(), (100, 100), gather, "t");
+        let line = [b'w'; 80];
+        let write = |lines: &Lines| lines.make_writer().write_all(&line).unwrap();
+        write(&writer.other());
+        // Once the writer thread holds that line (stuck on the gate), two more fit in the
+        // limit and its reserve, and an access line no longer fits in the limit.
+        for _ in 0..2000 {
+            if writer.shared.lock().buf.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        write(&writer.other());
+        write(&writer.access());
+        assert_eq!(writer.dropped(), 1);
+        write(&writer.other());
+        let fourth = std::thread::spawn({
+            let other = writer.other();
+            move || other.make_writer().write_all(&[b'w'; 80]).unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!fourth.is_finished(), "a line past the reserve must wait");
+        gate.open.store(true, Ordering::SeqCst);
+        fourth.join().unwrap();
+        drop(guard);
+        assert_eq!(gate.kept.lock().unwrap().len(), 4 * 80);
+        assert_eq!(writer.dropped(), 1);
     }
 }

@@ -62,6 +62,7 @@ mod resolve;
 mod retry_client;
 mod scope;
 mod sqlite_files;
+mod stderr;
 mod store_metrics;
 mod support;
 mod tls;
