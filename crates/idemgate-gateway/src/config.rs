@@ -57,7 +57,8 @@ pub struct Config {
     /// PostgreSQL only: the most connections the store's pool opens, from 1 to 1000. Each is
     /// a server backend: keep the sum over every gateway and key service on the database
     /// below its `max_connections`. Opened as requests need them, closed after 10 minutes
-    /// idle. With `require_synchronous_replication`, writes hold at most three quarters of
+    /// idle. A URL with several hosts keeps one more, outside the pool, that watches for a
+    /// failover. With `require_synchronous_replication`, writes hold at most three quarters of
     /// them. Restart-only. Default 16.
     pub store_max_connections: u32,
     /// PostgreSQL only: every write waits until a synchronous standby has it, so a failover
