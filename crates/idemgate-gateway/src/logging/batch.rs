@@ -13,13 +13,14 @@
 //! further is dropped and counted ([`Batch::dropped`]). Other lines ([`Batch::other`]) are
 //! never dropped: they may use a `reserve` beyond the limit, and only when that is full too
 //! (stderr blocked for that long) does the logging thread wait for room. Dropping the
-//! [`BatchGuard`] writes out what is left; lines logged after that are written by their own
-//! thread.
+//! [`BatchGuard`] writes out what is left (waiting at most [`WRITE_OUT_WAIT`], so a stderr
+//! blocked for good does not keep the process from exiting); lines logged after that are
+//! written by their own thread.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
@@ -114,11 +115,17 @@ pub(crate) struct Lines {
     access: bool,
 }
 
-/// Keeps the writer thread: dropping it writes out the buffer and joins the thread.
+/// How long dropping the [`BatchGuard`] waits for the buffer to be written out: a stderr
+/// blocked for good must not keep the process from exiting.
+const WRITE_OUT_WAIT: Duration = Duration::from_secs(2);
+
+/// Keeps the writer thread: dropping it writes out the buffer, waiting up to
+/// [`WRITE_OUT_WAIT`] for the thread to finish.
 #[derive(Debug)]
 pub(crate) struct BatchGuard {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// Disconnected when the writer thread ends.
+    finished: Option<Receiver<()>>,
 }
 
 impl Batch {
@@ -146,13 +153,17 @@ impl Batch {
             reserve,
         });
         let writer = shared.clone();
-        let thread = std::thread::Builder::new()
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || write_batches(&writer, sink, gather))
-            .expect("spawn the access log's writer thread");
+            .spawn(move || {
+                let _done = done; // dropped when the thread ends
+                write_batches(&writer, sink, gather)
+            })
+            .expect("spawn the log's writer thread");
         let guard = BatchGuard {
             shared: shared.clone(),
-            thread: Some(thread),
+            finished: Some(finished),
         };
         (Self { shared }, guard)
     }
@@ -216,8 +227,9 @@ impl Drop for BatchGuard {
         self.shared.lock().closed = true;
         self.shared.ready.notify_one();
         self.shared.room.notify_all();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        if let Some(finished) = self.finished.take() {
+            // Disconnected (an error) when the thread has ended; a timeout leaves it behind.
+            let _ = finished.recv_timeout(WRITE_OUT_WAIT);
         }
     }
 }
@@ -309,5 +321,16 @@ mod tests {
         drop(guard);
         assert_eq!(gate.kept.lock().unwrap().len(), 4 * 80);
         assert_eq!(writer.dropped(), 1);
+    }
+
+    #[test]
+    fn a_stderr_blocked_for_good_does_not_keep_the_guard_from_returning() {
+        let gate = Gate::default(); // never opened
+        let gather = Duration::from_millis(10);
+        let (writer, guard) = Batch::new(gate.clone(), (100, 100), gather, "t");
+        writer.other().make_writer().write_all(b"stuck\n").unwrap();
+        // Returns after WRITE_OUT_WAIT; before, it joined a thread stuck in write forever.
+        drop(guard);
+        assert!(gate.kept.lock().unwrap().is_empty());
     }
 }
