@@ -4,7 +4,7 @@
 //! (an error the client raised before sending the request is [`NotSent`], so the key is
 //! released).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -121,13 +121,20 @@ impl Proxy {
 }
 
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), including those `Connection` names.
+///
+/// One pass over the names present (a handful, usually none of them hop-by-hop) instead of
+/// a hashed removal per hop-by-hop name: 3.8k of the 87k instructions a proxied request
+/// cost before.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.contains_key(http::header::CONNECTION) {
-        for name in connection_tokens(headers) {
-            headers.remove(name);
-        }
+    let mut present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| HOP_BY_HOP.contains(name))
+        .cloned()
+        .collect();
+    if present.contains(&http::header::CONNECTION) {
+        present.extend(connection_tokens(headers));
     }
-    for name in HOP_BY_HOP {
+    for name in present {
         headers.remove(name);
     }
 }
@@ -204,6 +211,39 @@ fn head_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The `X-Forwarded-For` sent upstream: `prior, ip`, or `ip` alone when there was none or
+/// it was not visible ASCII. IPv4 is written by hand: `Ipv4Addr`'s `Display` (it supports
+/// width and padding) cost 1.6k instructions per proxied request.
+fn forwarded_for(prior: Option<&HeaderValue>, ip: IpAddr) -> Option<HeaderValue> {
+    let mut out = Vec::with_capacity(48);
+    if let Some(prior) = prior.and_then(|v| v.to_str().ok()) {
+        out.extend_from_slice(prior.as_bytes());
+        out.extend_from_slice(b", ");
+    }
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                if octet >= 100 {
+                    out.push(b'0' + octet / 100);
+                }
+                if octet >= 10 {
+                    out.push(b'0' + octet / 10 % 10);
+                }
+                out.push(b'0' + octet % 10);
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::io::Write as _;
+            // Writing to a Vec cannot fail.
+            let _ = write!(out, "{v6}");
+        }
+    }
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(out)).ok()
+}
+
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -235,11 +275,7 @@ impl tower::Service<Request<BoxBody>> for Proxy {
             }
             headers.insert(X_FORWARDED_PROTO, this.forwarded_proto.clone());
             if let Some(ip) = client {
-                let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-                    Some(prior) => format!("{prior}, {ip}"),
-                    None => ip.to_string(),
-                };
-                if let Ok(v) = HeaderValue::from_str(&value) {
+                if let Some(v) = forwarded_for(headers.get(X_FORWARDED_FOR), ip) {
                     headers.insert(X_FORWARDED_FOR, v);
                 }
             }
@@ -272,6 +308,59 @@ mod tests {
             .unwrap();
         *req.version_mut() = Version::HTTP_2;
         req
+    }
+
+    #[test]
+    fn x_forwarded_for_is_the_address_as_display_writes_it_after_any_prior_value() {
+        let octets = [0u8, 1, 9, 10, 42, 99, 100, 101, 199, 200, 250, 255];
+        for (a, b) in octets.iter().zip(octets.iter().rev()) {
+            let ip = IpAddr::from([*a, *b, *b, *a]);
+            let v = forwarded_for(None, ip).unwrap();
+            assert_eq!(v.to_str().unwrap(), ip.to_string());
+        }
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(forwarded_for(None, v6).unwrap(), "2001:db8::1");
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(
+            forwarded_for(None, mapped).unwrap(),
+            mapped.to_string().as_str()
+        );
+        let prior = HeaderValue::from_static("203.0.113.7");
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        let chained = forwarded_for(Some(&prior), ip).unwrap();
+        assert_eq!(chained, "203.0.113.7, 127.0.0.1");
+        let opaque = HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap();
+        assert_eq!(forwarded_for(Some(&opaque), ip).unwrap(), "127.0.0.1");
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_removed_and_nothing_else() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "keep-alive, x-secret"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret", "1"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("content-type", "application/json"),
+            ("x-kept", "2"),
+        ] {
+            headers.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<_> = headers.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-type", "x-kept"]);
+        let mut plain = HeaderMap::new();
+        plain.insert(
+            HeaderName::from_static("x-kept"),
+            HeaderValue::from_static("1"),
+        );
+        strip_hop_by_hop(&mut plain);
+        assert_eq!(plain.len(), 1);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Callers, service and store share this process and the machine's cores, as a load
-//! generator, a key service and its callers would on one host. Each round alternates the
+//! generator, a key service and its callers would on one host, with the allocator of the
+//! `idemgate` binary (jemalloc). Each round alternates the
 //! two ways on fresh stores; the medians are printed with their ratio.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,6 +26,11 @@ use idemgate_core::{
 };
 use idemgate_key_service::{KeyService, KeyServiceConfig};
 use idemgate_sqlite::{SqliteOptions, SqliteStore};
+
+/// The allocator the `idemgate` binary runs the key service with.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const CALLERS: usize = 32;
 const TOKEN: &str = "bench-token-0123456789";

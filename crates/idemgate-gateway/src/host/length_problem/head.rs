@@ -87,14 +87,17 @@ impl Head {
 /// are accepted). A value past hyper's maximum length gets its `431`, not this `400`.
 pub(super) fn judge(bytes: &[u8]) -> Option<bool> {
     let end = head_end(bytes)?;
-    let mut lines = bytes[..end].split(|&b| b == b'\n').map(|l| l.trim_ascii());
+    let mut lines = lines(&bytes[..end]).map(|l| l.trim_ascii());
     let request_line = lines.next().unwrap_or_default();
     if !request_line.ends_with(b" HTTP/1.1") && !request_line.ends_with(b" HTTP/1.0") {
         return Some(false);
     }
     let mut first: Option<u64> = None;
-    for line in lines {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
+    // Only a `Content-Length` or `Transfer-Encoding` field matters: other lines are skipped
+    // on their first byte.
+    let relevant = |l: &&[u8]| matches!(l.first(), Some(b'c' | b'C' | b't' | b'T'));
+    for line in lines.filter(relevant) {
+        let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
         let (name, value) = (&line[..colon], &line[colon + 1..]);
@@ -133,14 +136,24 @@ fn digits(value: &[u8]) -> Option<u64> {
 
 /// Where the head's blank line starts: after `\r\n\r\n` or `\n\n` (hyper takes both).
 fn head_end(bytes: &[u8]) -> Option<usize> {
+    memchr::memchr_iter(b'\n', bytes).find(|&nl| match bytes.get(nl + 1) {
+        Some(b'\n') => true,
+        Some(b'\r') => bytes.get(nl + 2) == Some(&b'\n'),
+        _ => false,
+    })
+}
+
+/// `head` split at every `\n`, as `split` would (the `\r` before it stays), found with
+/// `memchr`: a byte-by-byte split cost 2.6k instructions per request head.
+fn lines(head: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut at = 0;
-    while let Some(n) = bytes[at..].iter().position(|&b| b == b'\n') {
-        let line_end = at + n;
-        match bytes.get(line_end + 1) {
-            Some(b'\n') => return Some(line_end),
-            Some(b'\r') if bytes.get(line_end + 2) == Some(&b'\n') => return Some(line_end),
-            _ => at = line_end + 1,
+    std::iter::from_fn(move || {
+        if at > head.len() {
+            return None;
         }
-    }
-    None
+        let end = memchr::memchr(b'\n', &head[at..]).map_or(head.len(), |n| at + n);
+        let line = &head[at..end];
+        at = end + 1;
+        Some(line)
+    })
 }

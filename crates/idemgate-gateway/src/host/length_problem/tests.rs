@@ -104,6 +104,21 @@ fn heads_are_judged_by_hyper_s_rule() {
             Some(false),
         ),
         ("", Some(false)),
+        // Fields starting as the two that matter do not count as them.
+        (
+            "content-type: a:b\r\ncookie: c=1\r\ncontent-length: 3\r\n",
+            Some(false),
+        ),
+        (
+            "te: trailers\r\ncontent-length: 1\r\ncontent-length: 2\r\n",
+            Some(true),
+        ),
+        (
+            "Transfer-Encoding: chunked\r\ncontent-length: 1, 2\r\n",
+            Some(false),
+        ),
+        ("x-content-length: 1\r\ncontent-length: 2\r\n", Some(false)),
+        (":content-length: 1\r\ncontent-length: 2\r\n", Some(false)),
     ] {
         assert_eq!(judge(head(fields).as_bytes()), refused, "{fields}");
     }
