@@ -48,6 +48,8 @@ pub struct Proxy {
     timeout: Duration,
     max_headers: usize,
     forwarded_proto: HeaderValue,
+    /// The `Host` sent upstream, as hyper-util's client would write it for every request.
+    host: HeaderValue,
 }
 
 impl Proxy {
@@ -86,10 +88,13 @@ impl Proxy {
             .http1_max_headers(max_headers)
             .build(connector);
         let (scheme, authority) = (upstream.scheme().cloned(), upstream.authority().cloned());
+        let scheme = scheme.unwrap_or(http::uri::Scheme::HTTP);
+        let authority = authority.expect("validated upstream has a host");
         Self {
             client,
-            scheme: scheme.unwrap_or(http::uri::Scheme::HTTP),
-            authority: authority.expect("validated upstream has a host"),
+            host: upstream_host(&scheme, &authority),
+            scheme,
+            authority,
             base_path: upstream.path().trim_end_matches('/').into(),
             timeout,
             max_headers,
@@ -211,6 +216,22 @@ fn head_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The upstream's `Host` field: its host, and its port unless the scheme's default, as
+/// hyper-util's client writes it when a request has none (`set_host`), once instead of with
+/// `format!` for every request.
+fn upstream_host(scheme: &http::uri::Scheme, authority: &http::uri::Authority) -> HeaderValue {
+    let default_port = if *scheme == http::uri::Scheme::HTTPS {
+        443
+    } else {
+        80
+    };
+    let text = match authority.port_u16() {
+        Some(port) if port != default_port => format!("{}:{port}", authority.host()),
+        _ => authority.host().to_owned(),
+    };
+    HeaderValue::from_str(&text).expect("a URI's host and port are a valid field value")
+}
+
 /// The `X-Forwarded-For` sent upstream: `prior, ip`, or `ip` alone when there was none or
 /// it was not visible ASCII. IPv4 is written by hand: `Ipv4Addr`'s `Display` (it supports
 /// width and padding) cost 1.6k instructions per proxied request.
@@ -273,6 +294,7 @@ impl tower::Service<Request<BoxBody>> for Proxy {
             if let Some(host) = headers.remove(HOST) {
                 headers.insert(X_FORWARDED_HOST, host);
             }
+            headers.insert(HOST, this.host.clone());
             headers.insert(X_FORWARDED_PROTO, this.forwarded_proto.clone());
             if let Some(ip) = client {
                 if let Some(v) = forwarded_for(headers.get(X_FORWARDED_FOR), ip) {
@@ -297,101 +319,4 @@ impl tower::Service<Request<BoxBody>> for Proxy {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn h2_post() -> Request<BoxBody> {
-        let mut req = Request::post("http://api.example:8080/payments")
-            .header(COOKIE, "a=1")
-            .header(COOKIE, "b=2")
-            .body(idemgate_tower::body::full(bytes::Bytes::new()))
-            .unwrap();
-        *req.version_mut() = Version::HTTP_2;
-        req
-    }
-
-    #[test]
-    fn x_forwarded_for_is_the_address_as_display_writes_it_after_any_prior_value() {
-        let octets = [0u8, 1, 9, 10, 42, 99, 100, 101, 199, 200, 250, 255];
-        for (a, b) in octets.iter().zip(octets.iter().rev()) {
-            let ip = IpAddr::from([*a, *b, *b, *a]);
-            let v = forwarded_for(None, ip).unwrap();
-            assert_eq!(v.to_str().unwrap(), ip.to_string());
-        }
-        let v6: IpAddr = "2001:db8::1".parse().unwrap();
-        assert_eq!(forwarded_for(None, v6).unwrap(), "2001:db8::1");
-        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
-        assert_eq!(
-            forwarded_for(None, mapped).unwrap(),
-            mapped.to_string().as_str()
-        );
-        let prior = HeaderValue::from_static("203.0.113.7");
-        let ip = IpAddr::from([127, 0, 0, 1]);
-        let chained = forwarded_for(Some(&prior), ip).unwrap();
-        assert_eq!(chained, "203.0.113.7, 127.0.0.1");
-        let opaque = HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap();
-        assert_eq!(forwarded_for(Some(&opaque), ip).unwrap(), "127.0.0.1");
-    }
-
-    #[test]
-    fn hop_by_hop_fields_and_those_connection_names_are_removed_and_nothing_else() {
-        let mut headers = HeaderMap::new();
-        for (name, value) in [
-            ("connection", "keep-alive, x-secret"),
-            ("keep-alive", "timeout=5"),
-            ("x-secret", "1"),
-            ("te", "trailers"),
-            ("upgrade", "websocket"),
-            ("content-type", "application/json"),
-            ("x-kept", "2"),
-        ] {
-            headers.append(
-                HeaderName::from_static(name),
-                HeaderValue::from_static(value),
-            );
-        }
-        strip_hop_by_hop(&mut headers);
-        let mut left: Vec<_> = headers.keys().map(|k| k.as_str()).collect();
-        left.sort_unstable();
-        assert_eq!(left, ["content-type", "x-kept"]);
-        let mut plain = HeaderMap::new();
-        plain.insert(
-            HeaderName::from_static("x-kept"),
-            HeaderValue::from_static("1"),
-        );
-        strip_hop_by_hop(&mut plain);
-        assert_eq!(plain.len(), 1);
-    }
-
-    #[test]
-    fn an_http2_request_goes_out_as_http11_with_host_and_one_cookie_field() {
-        let mut req = h2_post();
-        to_http11(&mut req);
-        assert_eq!(req.version(), Version::HTTP_11);
-        assert_eq!(req.headers()[HOST], "api.example:8080");
-        let cookies: Vec<_> = req.headers().get_all(COOKIE).iter().collect();
-        assert_eq!(cookies, ["a=1; b=2"]);
-        // A Host the client sent is kept.
-        let mut req = h2_post();
-        req.headers_mut()
-            .insert(HOST, HeaderValue::from_static("h"));
-        to_http11(&mut req);
-        assert_eq!(req.headers()[HOST], "h");
-    }
-
-    /// The HTTP/1 client refuses an HTTP/2 request before sending it: "not sent", so the key
-    /// is released, never "may have run".
-    #[tokio::test]
-    async fn a_request_the_client_refuses_to_send_counts_as_not_sent() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accept = tokio::spawn(async move { listener.accept().await });
-        let uri: Uri = format!("http://{addr}").parse().unwrap();
-        let proxy = Proxy::new(&uri, Duration::from_secs(5), 100, None);
-        let mut req = h2_post();
-        *req.uri_mut() = format!("http://{addr}/payments").parse().unwrap();
-        let e = proxy.client.request(req).await.unwrap_err();
-        assert!(not_sent(&e), "{e:?}");
-        drop(accept);
-    }
-}
+mod tests;

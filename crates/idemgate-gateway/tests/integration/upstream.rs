@@ -226,5 +226,11 @@ async fn an_h2c_keyed_post_runs_once_and_its_retry_is_a_replay() {
     let host = up.last_headers();
     let authority = gw.base.trim_start_matches("http://");
     assert_eq!(host["x-forwarded-host"], authority, "the :authority");
+    let upstream_authority = up.base.trim_start_matches("http://");
+    assert_eq!(
+        host["host"], upstream_authority,
+        "the upstream's own host and port"
+    );
+    assert_eq!(host.get_all("host").iter().count(), 1);
     gw.stop().await;
 }

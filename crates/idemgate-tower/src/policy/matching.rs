@@ -126,7 +126,7 @@ impl Policy {
         if !self.methods.contains(method) {
             return self.method_in_other_case(method).map(Err);
         }
-        let route = format!("{method} {template}");
+        let route = route_of(method, template);
         let (route, label, policy) = match self.routes.iter().find(|(r, _)| *r == route) {
             Some((r, policy)) => (r.as_str().into(), r.as_str().into(), policy),
             None => match self.resolve(method, path)? {
@@ -227,7 +227,7 @@ impl Policy {
         if policy.case_insensitive {
             path = Cow::Owned(fold_case(&path).into_owned());
         }
-        let route = format!("{method} {path}");
+        let route = route_of(method, &path);
         if route.len() > MAX_SCOPE_ROUTE_BYTES {
             return Err(IdempotencyRejection::PathTooLong {
                 limit: MAX_SCOPE_ROUTE_BYTES,
@@ -281,6 +281,17 @@ impl Policy {
         }
         Ok(())
     }
+}
+
+/// A route's scope text, `METHOD path`, built for every request a policy resolves (without
+/// `format!`'s machinery, about 1k instructions a request).
+fn route_of(method: &Method, path: &str) -> String {
+    let method = method.as_str();
+    let mut route = String::with_capacity(method.len() + 1 + path.len());
+    route.push_str(method);
+    route.push(' ');
+    route.push_str(path);
+    route
 }
 
 /// Checks that a template's literal text is in normal form, so that requests can match it:
