@@ -64,7 +64,7 @@ gateway() { # round name mode
   log "r$r $n: $(echo "$line" | cut -f2) req/s, $us us CPU/req"
 }
 pgb() { # round name script
-  local r=$1 n=$2 f=$3 tps
+  local r=$1 n=$2 f=$3 tps lat
   pgbench "$PG_URL" -n -c "$CLIENTS" -j "$THREADS" -T "$DURATION" -M prepared -f "$OUT/$f" >"$OUT/r${r}_$n.txt" 2>&1 || true
   tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$OUT/r${r}_$n.txt")
   lat=$(sed -n 's/^latency average = \([0-9.]*\).*/\1/p' "$OUT/r${r}_$n.txt")

@@ -20,7 +20,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idemgate_core::BoxError;
 use idemgate_tower::body::BoxBody;
-use idemgate_tower::replay::HOP_BY_HOP;
+use idemgate_tower::replay::{connection_tokens, HOP_BY_HOP};
 use idemgate_tower::NotSent;
 use idemgate_tower::IDEMPOTENT_REPLAYED;
 
@@ -142,17 +142,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in present {
         headers.remove(name);
     }
-}
-
-/// The header names a `Connection` header lists.
-fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
-    headers
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect()
 }
 
 /// Readies a request of any version for the HTTP/1.1 upstream client (which refuses any

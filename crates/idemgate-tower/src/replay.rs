@@ -69,8 +69,9 @@ pub const HOP_BY_HOP: [HeaderName; 9] = [
     header::UPGRADE,
 ];
 
-/// The header names a `Connection` header lists.
-fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
+/// The header names the `Connection` fields of `headers` list (RFC 9110 §7.6.1): those
+/// fields are hop-by-hop too. Tokens that are not valid field names are skipped.
+pub fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
     headers
         .get_all(header::CONNECTION)
         .iter()
