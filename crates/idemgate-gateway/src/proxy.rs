@@ -221,14 +221,18 @@ fn upstream_host(scheme: &http::uri::Scheme, authority: &http::uri::Authority) -
     HeaderValue::from_str(&text).expect("a URI's host and port are a valid field value")
 }
 
-/// The `X-Forwarded-For` sent upstream: `prior, ip`, or `ip` alone when there was none or
-/// it was not visible ASCII. IPv4 is written by hand: `Ipv4Addr`'s `Display` (it supports
-/// width and padding) cost 1.6k instructions per proxied request.
-fn forwarded_for(prior: Option<&HeaderValue>, ip: IpAddr) -> Option<HeaderValue> {
+/// The `X-Forwarded-For` sent upstream: every `X-Forwarded-For` field the request had, in
+/// order and joined with `, ` (empty ones left out; their bytes as sent, obs-text included),
+/// then the client's address, as nginx's `$proxy_add_x_forwarded_for` does. IPv4 is written
+/// by hand: `Ipv4Addr`'s `Display` (it supports width and padding) cost 1.6k instructions
+/// per proxied request.
+fn forwarded_for(prior: http::header::GetAll<'_, HeaderValue>, ip: IpAddr) -> Option<HeaderValue> {
     let mut out = Vec::with_capacity(48);
-    if let Some(prior) = prior.and_then(|v| v.to_str().ok()) {
-        out.extend_from_slice(prior.as_bytes());
-        out.extend_from_slice(b", ");
+    for value in prior.iter().map(|v| v.as_bytes().trim_ascii()) {
+        if !value.is_empty() {
+            out.extend_from_slice(value);
+            out.extend_from_slice(b", ");
+        }
     }
     match ip {
         IpAddr::V4(v4) => {
@@ -275,18 +279,22 @@ impl tower::Service<Request<BoxBody>> for Proxy {
                 .upstream_uri(req.uri())
                 .map_err(|e| NotSent(e.into()))?;
             let client = req.extensions().get::<ConnectInfo<SocketAddr>>();
-            let client = client.map(|ConnectInfo(addr)| addr.ip());
+            // An IPv4 client on a dual-stack listener is written as IPv4, not `::ffff:a.b.c.d`.
+            let client = client.map(|ConnectInfo(addr)| addr.ip().to_canonical());
             let headers = req.headers_mut();
             strip_hop_by_hop(headers);
             // Reserved: only idemgate says a response is a replay; never trusted from clients.
             headers.remove(IDEMPOTENT_REPLAYED);
+            // Only the gateway says which host the client asked for: a client's own
+            // `X-Forwarded-Host` never reaches the upstream, with or without a `Host`.
+            headers.remove(X_FORWARDED_HOST);
             if let Some(host) = headers.remove(HOST) {
                 headers.insert(X_FORWARDED_HOST, host);
             }
             headers.insert(HOST, this.host.clone());
             headers.insert(X_FORWARDED_PROTO, this.forwarded_proto.clone());
             if let Some(ip) = client {
-                if let Some(v) = forwarded_for(headers.get(X_FORWARDED_FOR), ip) {
+                if let Some(v) = forwarded_for(headers.get_all(X_FORWARDED_FOR), ip) {
                     headers.insert(X_FORWARDED_FOR, v);
                 }
             }

@@ -71,13 +71,15 @@ pub const HOP_BY_HOP: [HeaderName; 9] = [
 
 /// The header names the `Connection` fields of `headers` list (RFC 9110 §7.6.1): those
 /// fields are hop-by-hop too. Tokens that are not valid field names are skipped.
+///
+/// Split as bytes: a field with a byte outside visible ASCII (obs-text) still has its valid
+/// tokens removed; only the invalid ones are skipped.
 pub fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
     headers
         .get_all(header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim_ascii()).ok())
         .collect()
 }
 

@@ -36,6 +36,10 @@ use head::Head;
 /// hyper's answer to a head it cannot parse: its status line, as it writes it.
 const BARE_400: &[u8] = b"HTTP/1.1 400 Bad Request\r\n";
 
+/// hyper's interim answer to `Expect: 100-continue`, written alone before the request's body
+/// is read: not the response, so the bytes read next are that body, not a head.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
 /// The problem answer's status line, headers and body, without `Date` (hyper's is kept).
 #[derive(Clone, Debug)]
 pub(crate) struct LengthProblem {
@@ -135,7 +139,9 @@ impl<I: AsyncWrite + Unpin> LengthProblemIo<I> {
             && buf
                 .windows(b"content-length: 0\r\n".len())
                 .any(|w| w.eq_ignore_ascii_case(b"content-length: 0\r\n"));
-        self.head.response_began();
+        if buf != CONTINUE {
+            self.head.response_began();
+        }
         if !bare {
             return None;
         }

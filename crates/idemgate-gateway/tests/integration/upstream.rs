@@ -234,3 +234,39 @@ async fn an_h2c_keyed_post_runs_once_and_its_retry_is_a_replay() {
     assert_eq!(host.get_all("host").iter().count(), 1);
     gw.stop().await;
 }
+
+/// `X-Forwarded-Host` and `X-Forwarded-For` are the gateway's to write: a client's own
+/// `X-Forwarded-Host` never reaches the upstream (it did when the request had no `Host`),
+/// and every `X-Forwarded-For` field the request had stays in the chain (only the first
+/// was kept, dropping the nearest hop's).
+#[tokio::test]
+async fn forwarded_fields_are_the_gateway_s_and_keep_the_whole_chain() {
+    let up = upstream().await;
+    let gw = memory_gateway(&up).await;
+    let mut tcp = TcpStream::connect(gw.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = "GET /whoami HTTP/1.0\r\nauthorization: Bearer alice\r\n\
+                x-forwarded-host: evil.example\r\nx-forwarded-for: 1.1.1.1\r\n\
+                x-forwarded-for: 2.2.2.2\r\nconnection: x-secret, \u{e9}\r\n\
+                x-secret: not-forwarded\r\n\r\n";
+    // The obs-text byte 0xE9, not its UTF-8 spelling.
+    let bytes: Vec<u8> = head.chars().map(|c| c as u32 as u8).collect();
+    tcp.write_all(&bytes).await.unwrap();
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.0 2"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let seen = up.last_headers();
+    assert!(!seen.contains_key("x-forwarded-host"), "{seen:?}");
+    assert_eq!(seen["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 127.0.0.1");
+    assert_eq!(seen.get_all("x-forwarded-for").iter().count(), 1);
+    assert!(
+        !seen.contains_key("x-secret"),
+        "named by Connection: {seen:?}"
+    );
+    gw.stop().await;
+}

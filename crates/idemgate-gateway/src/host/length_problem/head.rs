@@ -84,8 +84,12 @@ impl Head {
 /// ignored); each `Content-Length` value, without the spaces and tabs around it (httparse
 /// trims them), must be one run of ASCII digits that fits in a `u64` (no sign, no list:
 /// `7, 7` and `+7` are refused, ` 7 ` is not) and equal every earlier one (two equal fields
-/// are accepted). A value past hyper's maximum length gets its `431`, not this `400`.
+/// are accepted). A value past hyper's maximum length gets its `431`, not this `400`. Empty
+/// lines before the request line are skipped, as hyper skips them.
 pub(super) fn judge(bytes: &[u8]) -> Option<bool> {
+    // hyper (httparse) skips empty lines before the request line.
+    let start = bytes.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let bytes = &bytes[start..];
     let end = head_end(bytes)?;
     let mut lines = lines(&bytes[..end]).map(|l| l.trim_ascii());
     let request_line = lines.next().unwrap_or_default();

@@ -131,6 +131,13 @@ fn heads_are_judged_by_hyper_s_rule() {
         None,
         "incomplete"
     );
+    // Empty lines before the request line are skipped, as hyper skips them.
+    for lead in ["\r\n", "\n", "\r\n\r\n"] {
+        let head =
+            format!("{lead}POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n");
+        assert_eq!(judge(head.as_bytes()), Some(true), "{lead:?}");
+    }
+    assert_eq!(judge(b"\r\n\r\n"), None, "nothing but empty lines yet");
     assert_eq!(
         judge(b"{\"a\":1}\r\n\r\n"),
         Some(false),
@@ -205,4 +212,52 @@ async fn a_spaced_length_and_two_equal_fields_reach_the_service() {
         );
         assert!(!answer.contains("problem"), "the service's own: {answer}");
     }
+}
+
+/// A body sent after hyper's `100 Continue` is a body, not a head: hyper's interim answer
+/// does not start a new head, so a body that reads like a head with differing lengths never
+/// turns the service's own `400` into the problem.
+#[tokio::test]
+async fn a_body_after_100_continue_is_not_judged_as_a_head() {
+    let (mut client, server) = tokio::io::duplex(64 << 10);
+    let io = LengthProblemIo::new(server, LengthProblem::new("urn:idemgate:problem:"));
+    let service = hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async {
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        let response = http::Response::builder()
+            .status(400)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert!(body.starts_with(b"X / HTTP/1.1"), "{body:?}");
+        Ok::<_, Infallible>(response)
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    let served = tokio::spawn(conn);
+    let body = b"X / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
+    let head = format!(
+        "POST /e HTTP/1.1\r\nhost: a\r\nexpect: 100-continue\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    let mut interim = vec![0; CONTINUE.len()];
+    client.read_exact(&mut interim).await.unwrap();
+    assert_eq!(interim, CONTINUE);
+    client.write_all(body).await.unwrap();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        client.read_to_end(&mut out),
+    );
+    read.await.expect("the server closes").unwrap();
+    let _ = served.await;
+    let answer = String::from_utf8(out).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{answer}"
+    );
+    assert!(
+        !answer.contains("ambiguous"),
+        "the service's own 400: {answer}"
+    );
 }
