@@ -110,46 +110,12 @@ pub fn export_dropped() {
 #[cfg(test)]
 mod tests {
     use std::io::Write;
-    use std::sync::{Arc, Mutex};
 
     use tracing_subscriber::fmt::MakeWriter;
     use tracing_subscriber::layer::SubscriberExt;
 
+    use super::batch::tests::Gate;
     use super::*;
-
-    /// A sink that takes nothing until `open` is set (stderr behind a stuck pipe), then
-    /// keeps what it is given.
-    #[derive(Clone, Default)]
-    struct Gate {
-        open: Arc<Mutex<bool>>,
-        kept: Arc<Mutex<Vec<u8>>>,
-    }
-
-    impl Gate {
-        fn opened() -> Self {
-            let gate = Self::default();
-            *gate.open.lock().unwrap() = true;
-            gate
-        }
-
-        fn text(&self) -> String {
-            String::from_utf8(self.kept.lock().unwrap().clone()).unwrap()
-        }
-    }
-
-    impl Write for Gate {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            while !*self.open.lock().unwrap() {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            self.kept.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     #[test]
     fn a_stuck_stderr_drops_and_counts_access_lines_and_blocks_no_logging_thread() {
@@ -170,7 +136,7 @@ mod tests {
         // The writer thread holds at most one batch, the buffer 5 lines: the rest were
         // dropped.
         assert!(writer.dropped() >= 100 - 2 * 8, "{}", writer.dropped());
-        *gate.open.lock().unwrap() = true;
+        gate.let_through();
         drop(guard);
         let written = gate.text();
         let warnings = written.lines().filter(|l| l.contains("a warning")).count();

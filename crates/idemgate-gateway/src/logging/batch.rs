@@ -264,16 +264,36 @@ impl<'a> MakeWriter<'a> for Lines {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::atomic::AtomicBool;
 
     use super::*;
 
-    /// A sink that takes nothing until `open` is set: stderr behind a stuck pipe.
+    /// A sink that takes nothing until [`Gate::let_through`] (stderr behind a stuck pipe),
+    /// then keeps what it is given; the logging module's tests use it too.
     #[derive(Clone, Default)]
-    struct Gate {
+    pub(in crate::logging) struct Gate {
         open: Arc<AtomicBool>,
         kept: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Gate {
+        /// A gate already open.
+        pub(in crate::logging) fn opened() -> Self {
+            let gate = Self::default();
+            gate.let_through();
+            gate
+        }
+
+        /// Opens the gate: writes waiting and to come go through.
+        pub(in crate::logging) fn let_through(&self) {
+            self.open.store(true, Ordering::SeqCst);
+        }
+
+        /// What went through, as text.
+        pub(in crate::logging) fn text(&self) -> String {
+            String::from_utf8(self.kept.lock().unwrap().clone()).unwrap()
+        }
     }
 
     impl Write for Gate {
@@ -316,7 +336,7 @@ mod tests {
         });
         std::thread::sleep(Duration::from_millis(100));
         assert!(!fourth.is_finished(), "a line past the reserve must wait");
-        gate.open.store(true, Ordering::SeqCst);
+        gate.let_through();
         fourth.join().unwrap();
         drop(guard);
         assert_eq!(gate.kept.lock().unwrap().len(), 4 * 80);

@@ -22,6 +22,15 @@ async fn exchange(request: &[u8], status: u16) -> String {
         .serve_connection(hyper_util::rt::TokioIo::new(io), service);
     let served = tokio::spawn(conn);
     client.write_all(request).await.unwrap();
+    answer(client, served).await
+}
+
+/// Everything the server writes back on `client` until it closes (within 5 s), once its
+/// connection task `served` ended.
+async fn answer<T>(
+    mut client: tokio::io::DuplexStream,
+    served: tokio::task::JoinHandle<T>,
+) -> String {
     let mut out = Vec::new();
     let read = tokio::time::timeout(
         std::time::Duration::from_secs(5),
@@ -244,14 +253,7 @@ async fn a_body_after_100_continue_is_not_judged_as_a_head() {
     client.read_exact(&mut interim).await.unwrap();
     assert_eq!(interim, CONTINUE);
     client.write_all(body).await.unwrap();
-    let mut out = Vec::new();
-    let read = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        client.read_to_end(&mut out),
-    );
-    read.await.expect("the server closes").unwrap();
-    let _ = served.await;
-    let answer = String::from_utf8(out).unwrap();
+    let answer = answer(client, served).await;
     assert!(
         answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
         "{answer}"
