@@ -48,7 +48,13 @@ async fn crash_mid_request(store: &Store, up: &Upstream, config: &Path, k: &str)
     std::fs::write(config, format!("{}{policy}", store.toml())).unwrap();
     let mut gw = spawn_binary(&up.base, config).await;
     let first = tokio::spawn(post(&gw.base, PATH, Some(k), "{}").send());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Until the upstream has it (a fixed 300 ms was too short on a loaded CI machine).
+    for _ in 0..500 {
+        if up.count() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(up.count(), 1, "the first request reached the upstream");
     gw.child.kill().unwrap(); // SIGKILL: no outcome is written, the lease is not renewed
     gw.child.wait().unwrap();
