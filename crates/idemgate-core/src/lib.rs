@@ -17,6 +17,7 @@
 //!   [`memory`]: [`MemoryStore`].
 //! - [`admin`]: the operator operations ([`admin::AdminStore`]: list a key's records,
 //!   delete one exact record).
+//! - [`events`]: what a holder tells the duplicates waiting on its key.
 //! - [`gauges`]: [`StoreCount`], what a store holds, for `idemgate stats` and the metrics.
 //! - [`counters`]: the lifecycle's counters, each series registered at 0 at start-up.
 //! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
@@ -41,6 +42,7 @@ pub mod canonical;
 pub mod counters;
 pub mod durability;
 pub mod engine;
+pub mod events;
 pub mod fingerprint;
 pub mod gauges;
 pub mod integrity;

@@ -46,12 +46,14 @@ mod pending;
 mod reclaim;
 #[cfg(test)]
 mod tests;
+mod wait;
 
-pub use config::{LifecycleConfig, RoutePlan};
+pub use config::{InFlightPolicy, LifecycleConfig, RoutePlan};
 pub use outcome::{Finished, Outcome, PendingOutcome};
 use peek::fingerprint_as;
 pub use peek::{Acquire, Peek};
 use pending::Pending;
+pub(crate) use wait::Waiters;
 
 /// How many insert/decide/take-over rounds [`Lifecycle::begin`] tries while the record keeps
 /// changing under it (released, expired or taken over by someone else) before it answers
@@ -98,6 +100,16 @@ pub enum Answer {
     Corrupt,
     /// The store failed or did not answer in time; nothing was run.
     Unavailable(StoreError),
+    /// While this duplicate waited ([`InFlightPolicy::Wait`]), the first request's holder
+    /// released the key (nothing ran) and this waiter's one try to run it again is spent, or
+    /// would come after the released answer's `Retry-After` past the wait: the status the
+    /// holder's client got. Not stored, not a replay.
+    Released {
+        /// The holder's client's status (`503` when nothing was forwarded).
+        status: u16,
+        /// Its `Retry-After`, in ms, if it had one.
+        retry_after_ms: Option<u64>,
+    },
     /// Too many outcome writes are pending, or follow-ups of inserts whose answer was lost
     /// queued (store slow or down); nothing was run.
     Overloaded,
@@ -111,6 +123,8 @@ pub struct Holder {
     /// True when an expired lease (or a failed record) was taken over: the operation may
     /// have run before, so front doors tell the operation (`Idempotent-Takeover: true`).
     pub takeover: bool,
+    /// The route's duplicates wait on the key: its outcome is announced to other processes.
+    announce: bool,
     lease_ttl: Duration,
     /// After this the record has expired and an outcome write is pointless.
     record_deadline: Instant,
@@ -125,6 +139,8 @@ pub struct Lifecycle<St> {
     pending: Arc<Pending>,
     /// Follow-ups of inserts whose answer was lost ([`reclaim`]), running and queued.
     reclaims: Arc<reclaim::Reclaims>,
+    /// Duplicates waiting on in-flight keys ([`wait`]).
+    waiters: Arc<Waiters>,
 }
 
 impl<St> Clone for Lifecycle<St> {
@@ -134,6 +150,7 @@ impl<St> Clone for Lifecycle<St> {
             config: self.config.clone(),
             pending: self.pending.clone(),
             reclaims: self.reclaims.clone(),
+            waiters: self.waiters.clone(),
         }
     }
 }
@@ -163,6 +180,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             config,
             pending: Arc::default(),
             reclaims: Arc::default(),
+            waiters: Arc::default(),
         }
     }
 
@@ -333,6 +351,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         Holder {
             lease,
             takeover,
+            announce: plan.waits(),
             lease_ttl: plan.lease_ttl,
             record_deadline: Instant::now() + ttl,
         }

@@ -88,6 +88,10 @@ catalogue! {
     FINGERPRINT_MISMATCH = 422, "fingerprint-mismatch", "Idempotency key reused with a different request";
     /// The first attempt with this key failed.
     PREVIOUS_ATTEMPT_FAILED = 500, "previous-attempt-failed", "Previous attempt failed";
+    /// While this request waited for the first with its key, the first ended without running
+    /// the operation (released: its status is this answer's) and was not run again within
+    /// the wait.
+    PREVIOUS_ATTEMPT_RELEASED = 503, "previous-attempt-released", "Previous attempt ended without running";
     /// The operation ran but its response was not kept.
     RESPONSE_NOT_KEPT = 410, "response-not-kept", "Response not kept";
     /// The first attempt may have run and its result was never recorded.

@@ -7,6 +7,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::events::{EventSink, KeyEvent};
 use crate::fingerprint::Fingerprint;
 use crate::record::{IdempotencyRecord, Lease, LeaseToken, ScopedKey, StoredResponse, UnixMillis};
 
@@ -239,6 +240,36 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         self.insert_or_get(req)
     }
 
+    /// Sends `event` to the other processes that use this store, for their duplicates that
+    /// wait on the key ([`crate::lifecycle::InFlightPolicy::Wait`]). Called after the write
+    /// it tells of landed, only on routes that wait; the sender's own waiters hear of it
+    /// in process. The default sends nothing (other processes then see the change by their
+    /// slow poll, [`IdempotencyStore::event_poll`]).
+    ///
+    /// # Errors
+    /// A backend error: the event is lost, which delays the others' answers (and makes a
+    /// release read as a vanished record: not run again by waiters).
+    fn announce(&self, event: &KeyEvent) -> impl Future<Output = Result<()>> + Send {
+        let _ = event;
+        std::future::ready(Ok(()))
+    }
+
+    /// Receives other processes' [`IdempotencyStore::announce`] events and hands them to
+    /// `sink` until it is no longer live, reconnecting after a failure (and then calling
+    /// [`EventSink::missed`]). Started once per lifecycle, when its first duplicate waits.
+    /// The default returns at once: no events from other processes.
+    fn listen(&self, sink: EventSink) -> impl Future<Output = ()> + Send {
+        drop(sink);
+        std::future::ready(())
+    }
+
+    /// How often, at most, a waited key is read when no event comes: the bound on how late
+    /// a missed event, or another process's write on a store without events, is seen.
+    /// Defaults to 250 ms; stores with [`IdempotencyStore::listen`] poll more slowly.
+    fn event_poll(&self) -> Duration {
+        Duration::from_millis(250)
+    }
+
     /// Deletes at most `batch` records whose `expires_at` has passed, returning how many.
     /// A record re-acquired after expiry is live again and never deleted. Callers loop.
     fn purge_expired(&self, batch: NonZeroU32) -> impl Future<Output = Result<u64>> + Send;
@@ -282,6 +313,15 @@ impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
     }
     async fn insert_or_get_unseen(&self, req: &InsertRequest) -> Result<InsertOutcome> {
         (**self).insert_or_get_unseen(req).await
+    }
+    async fn announce(&self, event: &KeyEvent) -> Result<()> {
+        (**self).announce(event).await
+    }
+    async fn listen(&self, sink: EventSink) {
+        (**self).listen(sink).await
+    }
+    fn event_poll(&self) -> Duration {
+        (**self).event_poll()
     }
     async fn purge_expired(&self, batch: NonZeroU32) -> Result<u64> {
         (**self).purge_expired(batch).await

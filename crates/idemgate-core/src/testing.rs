@@ -249,6 +249,18 @@ macro_rules! delegate_store {
             async fn ping(&self) -> ::std::result::Result<(), $crate::StoreError> {
                 self.$field.ping().await
             }
+            async fn announce(
+                &self,
+                event: &$crate::events::KeyEvent,
+            ) -> ::std::result::Result<(), $crate::StoreError> {
+                self.$field.announce(event).await
+            }
+            async fn listen(&self, sink: $crate::events::EventSink) {
+                self.$field.listen(sink).await
+            }
+            fn event_poll(&self) -> ::std::time::Duration {
+                self.$field.event_poll()
+            }
             fn backend(&self) -> &'static str {
                 self.$field.backend()
             }

@@ -100,6 +100,10 @@ pub struct Config {
     /// Response bytes held by pending outcome writes past which new requests get `503`.
     /// Default 67108864 (64 MiB).
     pub max_pending_outcome_bytes: usize,
+    /// Duplicates waiting on in-flight keys (routes with `on_in_flight = "wait"`) past which
+    /// a further one gets `409 request-in-flight` at once, 1 to 1000000. Restart-only.
+    /// Default 10000.
+    pub max_waiters: usize,
     /// Time allowed for the upstream's response headers. Default `60s`.
     pub upstream_timeout: String,
     /// Most header fields accepted in an upstream response (HTTP/1.1), 1 to 4096
@@ -211,6 +215,7 @@ impl Default for Config {
             failover_grace: "10s".into(),
             max_pending_outcomes: engine.max_pending_outcomes,
             max_pending_outcome_bytes: engine.max_pending_outcome_bytes,
+            max_waiters: engine.max_waiters,
             upstream_timeout: "60s".into(),
             max_response_headers: 256,
             header_read_timeout: "10s".into(),

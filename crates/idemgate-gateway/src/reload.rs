@@ -76,7 +76,7 @@ pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
     };
     let store_options = "store_table/store_key_prefix/store_migrate/store_max_connections";
     let (ra, rb) = (&a.store_options.replication, &b.store_options.replication);
-    let lifecycle = "store_timeout/max_pending_outcomes/max_pending_outcome_bytes";
+    let lifecycle = "store_timeout/max_pending_outcomes/max_pending_outcome_bytes/max_waiters";
     let journal = journal_changes(ra, rb);
     [
         (running.listen != new.listen, "listen"),

@@ -127,6 +127,7 @@ fn plan(req: &AcquireRequest) -> Result<RoutePlan, ApiError> {
         // A record whose lease is unreadable blocks for the longest lease anyone may hold,
         // never less.
         max_lease: Duration::from_millis(MAX_LEASE_TTL_MS),
+        ..defaults
     })
 }
 

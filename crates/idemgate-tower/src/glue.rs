@@ -89,7 +89,7 @@ pub(crate) async fn run<S, St, ResB>(
     mut covered: Covered,
     acquire: Acquire,
     request: Request<BoxBody>,
-    reply: Reply<S::Error>,
+    mut reply: Reply<S::Error>,
 ) where
     S: tower::Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
@@ -101,8 +101,11 @@ pub(crate) async fn run<S, St, ResB>(
     let rp = &covered.route;
     let (scope, plan) = (&covered.scope, rp.plan());
     let refingerprint = |version| covered.job.clone().run(version).map(Result::ok);
+    // A duplicate that waits (`on_in_flight = "wait"`) stops when its client leaves.
+    let gone = reply.closed();
+    let fingerprint = covered.fingerprint;
     let begun = lifecycle
-        .begin_after(acquire, scope, covered.fingerprint, &plan, refingerprint)
+        .begin_waiting(acquire, scope, fingerprint, &plan, refingerprint, gone)
         .await;
     let answer = match begun {
         Begin::Run(holder) => {
@@ -192,7 +195,11 @@ async fn execute<S, St, ResB>(
         Ok(forwarded) => forwarded,
         Err(e) => {
             let outcome = match e.not_sent() {
-                true => Outcome::Release,
+                // The client gets `502 upstream-unreachable`.
+                true => Outcome::Release {
+                    status: 502,
+                    retry_after_ms: None,
+                },
                 false => {
                     covered.failed("the upstream call failed after the request was sent");
                     Outcome::Fail
@@ -239,7 +246,7 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
     };
     let keep = |body: Bytes, replayable: bool| storable(covered.label(), stored(body, replayable));
     let (outcome, body) = match (rp.action_for(parts.status, &parts.headers), received) {
-        (StatusAction::Release, r) => (Outcome::Release, unbuffered(r)),
+        (StatusAction::Release, r) => (released(&parts), unbuffered(r)),
         (StatusAction::Fail, r) => (Outcome::Fail, unbuffered(r)),
         (StatusAction::Store, Received::Buffered(Buffered::Complete(bytes))) => {
             (keep(bytes.clone(), true), full(bytes))
@@ -254,6 +261,17 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
         (StatusAction::Store, r) => (keep(Bytes::new(), false), unbuffered(r)),
     };
     (outcome, Response::from_parts(parts, body))
+}
+
+/// The release of a response's key, with what its client gets: its status and its
+/// `Retry-After` in seconds (RFC 9110 section 10.2.3; an HTTP-date is not read).
+fn released(parts: &Parts) -> Outcome {
+    let retry_after = parts.headers.get(http::header::RETRY_AFTER);
+    let secs = retry_after.and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    Outcome::Release {
+        status: parts.status.as_u16(),
+        retry_after_ms: secs.map(|s| s.saturating_mul(1000)),
+    }
 }
 
 /// The outcome for a response the client gets whole: completed with `response` if a store
@@ -333,6 +351,7 @@ fn outcome_label(r: &IdempotencyRejection) -> &'static str {
         IdempotencyRejection::FingerprintMismatch { .. } => "mismatch",
         IdempotencyRejection::StoreUnavailable => "store_unavailable",
         IdempotencyRejection::PreviousAttemptFailed => "previous_failed",
+        IdempotencyRejection::PreviousAttemptReleased { .. } => "previous_released",
         IdempotencyRejection::ResponseNotKept { .. } => "not_kept",
         IdempotencyRejection::OutcomeUnknown => "outcome_unknown",
         IdempotencyRejection::RecordCorrupt => "record_corrupt",

@@ -25,13 +25,14 @@ pub const UNMATCHED: &str = "(unmatched)";
 
 /// Every value of the `outcome` label of `idempotency_requests_total` and
 /// `idempotency_request_duration_seconds`.
-pub const OUTCOMES: [&str; 16] = [
+pub const OUTCOMES: [&str; 17] = [
     "acquired",
     "takeover",
     "replayed",
     "conflict",
     "mismatch",
     "previous_failed",
+    "previous_released",
     "not_kept",
     "outcome_unknown",
     "record_corrupt",
@@ -46,7 +47,7 @@ pub const OUTCOMES: [&str; 16] = [
 
 /// The outcomes `idempotency_requests_total` counts: [`OUTCOMES`] but `upstream_error` and
 /// `client_gone`, which only the durations (and the access log) carry.
-pub const REQUEST_OUTCOMES: &[&str] = OUTCOMES.split_at(14).0;
+pub const REQUEST_OUTCOMES: &[&str] = OUTCOMES.split_at(15).0;
 
 /// Every value of the `limit` label of `idempotency_limited_total`.
 pub const LIMITS: [&str; 2] = ["in_flight", "new_keys"];
@@ -142,7 +143,7 @@ mod tests {
 
     #[test]
     fn series_cover_every_counter_and_route() {
-        assert_eq!(REQUEST_OUTCOMES.len(), 14);
+        assert_eq!(REQUEST_OUTCOMES.len(), 15);
         assert!(!REQUEST_OUTCOMES.contains(&"upstream_error"));
         assert!(!REQUEST_OUTCOMES.contains(&"client_gone"));
         let policy = Policy::default()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, Method, StatusCode};
 use idemgate_core::engine::LeaseExpiredPolicy;
 use idemgate_core::key::{DEFAULT_MAX_LEN, DEFAULT_MIN_LEN};
-use idemgate_core::lifecycle::{LifecycleConfig, RoutePlan};
+use idemgate_core::lifecycle::{InFlightPolicy, LifecycleConfig, RoutePlan};
 
 use crate::path::{EncodedSlash, ForwardPath, TrailingSlash, Unmatched};
 use crate::principal::PrincipalSource;
@@ -146,6 +146,17 @@ pub struct RoutePolicy {
     /// to 1 s.
     #[serde(with = "de::duration")]
     pub in_flight_retry_after: Duration,
+    /// What a duplicate gets while the first request with its key still runs: `"conflict"`
+    /// ([`InFlightPolicy::Conflict`], the default): `409 request-in-flight` at once; or
+    /// `"wait"` ([`InFlightPolicy::Wait`]): it waits up to `max_wait` for the first's outcome
+    /// and gets what a retry after it would: the stored response (replayed), or the first's
+    /// error (`previous-attempt-failed`, `outcome-unknown`); when the first ends without
+    /// running the operation (a status in `release_statuses`), one waiter runs it.
+    pub on_in_flight: InFlightPolicy,
+    /// How long a duplicate waits under `on_in_flight = "wait"` before it gets `409`; at
+    /// most the gateway's `upstream_timeout`. Defaults to 10 s.
+    #[serde(with = "de::duration")]
+    pub max_wait: Duration,
     /// What a path that differs from this route's template only by a trailing `/` means:
     /// `"refuse"` ([`TrailingSlash::Refuse`], the default): `400 ambiguous-path`; or
     /// `"same"` ([`TrailingSlash::Same`]): this route. On the default route: whether an unmatched path with a
@@ -188,6 +199,8 @@ impl Default for RoutePolicy {
             limits: Default::default(),
             record_ttl_header: false,
             in_flight_retry_after: Duration::from_secs(1),
+            on_in_flight: plan.on_in_flight,
+            max_wait: plan.max_wait,
             trailing_slash: TrailingSlash::Refuse,
             encoded_slash: EncodedSlash::Refuse,
             case_insensitive: false,
@@ -223,6 +236,11 @@ impl RoutePolicy {
             .unwrap_or_else(|| self.max_body_bytes.saturating_mul(4))
     }
 
+    /// True when this route's duplicates wait (`on_in_flight = "wait"`) longer than `limit`.
+    pub fn waits_longer_than(&self, limit: Duration) -> bool {
+        self.plan().waits() && self.max_wait > limit
+    }
+
     /// What the core lifecycle needs of this route: TTLs and the decision's knobs.
     pub fn plan(&self) -> RoutePlan {
         RoutePlan {
@@ -231,6 +249,8 @@ impl RoutePolicy {
             lease_expired: self.lease_expired,
             retry_failed: self.retry_failed,
             max_lease: self.max_lease,
+            on_in_flight: self.on_in_flight,
+            max_wait: self.max_wait,
         }
     }
 }

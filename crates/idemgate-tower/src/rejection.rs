@@ -64,6 +64,16 @@ pub enum IdempotencyRejection {
     },
     /// `500`: the first attempt with this key failed; use a new key.
     PreviousAttemptFailed,
+    /// The status the first request's client got (with its `Retry-After`): while this
+    /// request waited for it (`on_in_flight = "wait"`), the first ended without running the
+    /// operation (its key released by the route's `release_statuses`) and was not run again
+    /// within the wait. Nothing was stored; retry with the same key.
+    PreviousAttemptReleased {
+        /// The first request's status.
+        status: StatusCode,
+        /// Its `Retry-After`, in whole seconds, if it had one.
+        retry_after_secs: Option<u64>,
+    },
     /// `410`: the operation ran but its response was not kept (it streamed or was too large),
     /// or an operator recorded its outcome as not replayable (`idemgate resolve`).
     ResponseNotKept {
@@ -185,6 +195,7 @@ impl IdempotencyRejection {
             Self::RequestInFlight { .. } => problem::REQUEST_IN_FLIGHT,
             Self::FingerprintMismatch { .. } => problem::FINGERPRINT_MISMATCH,
             Self::PreviousAttemptFailed => problem::PREVIOUS_ATTEMPT_FAILED,
+            Self::PreviousAttemptReleased { .. } => problem::PREVIOUS_ATTEMPT_RELEASED,
             Self::ResponseNotKept { .. } => problem::RESPONSE_NOT_KEPT,
             Self::OutcomeUnknown => problem::OUTCOME_UNKNOWN,
             Self::RecordCorrupt => problem::RECORD_CORRUPT,
@@ -210,6 +221,7 @@ impl IdempotencyRejection {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::FingerprintMismatch { status } => *status,
+            Self::PreviousAttemptReleased { status, .. } => *status,
             _ => StatusCode::from_u16(self.problem_type().status)
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         }
@@ -250,6 +262,9 @@ impl IdempotencyRejection {
             | Self::PrincipalLimited {
                 retry_after_secs, ..
             } => Some(retry_after_secs),
+            Self::PreviousAttemptReleased {
+                retry_after_secs, ..
+            } => retry_after_secs,
             Self::StoreUnavailable => Some(1),
             _ => None,
         };

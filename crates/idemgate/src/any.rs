@@ -18,6 +18,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use idemgate_core::admin::{AdminStore, KeyFilter, Listing};
+use idemgate_core::events::{EventSink, KeyEvent};
 use idemgate_core::store::Result;
 use idemgate_core::{
     Durability, GaugedStore, IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest,
@@ -285,8 +286,15 @@ forward! {
         fn get(key: &ScopedKey) -> Option<IdempotencyRecord>;
         fn peek(key: &ScopedKey) -> Peeked;
         fn insert_or_get_unseen(req: &InsertRequest) -> InsertOutcome;
+        fn announce(event: &KeyEvent) -> ();
         fn purge_expired(batch: NonZeroU32) -> u64;
         fn ping() -> ();
+    }
+    async fn listen(&self, sink: EventSink) {
+        each!(self, s => s.listen(sink).await)
+    }
+    fn event_poll(&self) -> Duration {
+        each!(self, s => s.event_poll())
     }
     fn backend(&self) -> &'static str {
         each!(self, s => s.backend())

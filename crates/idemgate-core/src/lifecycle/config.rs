@@ -20,6 +20,9 @@ pub struct LifecycleConfig {
     /// Bytes of responses held by outcome writes being retried past which new requests get
     /// [`Answer::Overloaded`](super::Answer::Overloaded). Defaults to 64 MiB.
     pub max_pending_outcome_bytes: usize,
+    /// Duplicates waiting on in-flight keys ([`InFlightPolicy::Wait`]) past which a further
+    /// one gets [`Answer::InFlight`](super::Answer::InFlight) at once. Defaults to 10,000.
+    pub max_waiters: usize,
 }
 
 impl Default for LifecycleConfig {
@@ -28,6 +31,7 @@ impl Default for LifecycleConfig {
             store_timeout: Duration::from_secs(2),
             max_pending_outcomes: 1024,
             max_pending_outcome_bytes: 64 << 20,
+            max_waiters: 10_000,
         }
     }
 }
@@ -38,7 +42,7 @@ impl Default for LifecycleConfig {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idemgate_core::lifecycle::RoutePlan;
+/// use idemgate_core::lifecycle::{InFlightPolicy, RoutePlan};
 /// use idemgate_core::LeaseExpiredPolicy;
 ///
 /// let plan = RoutePlan::default();
@@ -47,6 +51,8 @@ impl Default for LifecycleConfig {
 /// assert_eq!(plan.lease_expired, LeaseExpiredPolicy::Unknown);
 /// assert!(!plan.retry_failed);
 /// assert_eq!(plan.max_lease, Duration::from_secs(60));
+/// assert_eq!(plan.on_in_flight, InFlightPolicy::Conflict);
+/// assert_eq!(plan.max_wait, Duration::from_secs(10));
 /// ```
 ///
 /// It deserializes from a table of its fields, durations as humantime strings (`"10s"`),
@@ -68,6 +74,36 @@ pub struct RoutePlan {
     /// Defaults to 60 s.
     #[serde(with = "humantime_serde")]
     pub max_lease: Duration,
+    /// What a duplicate that finds its key in flight gets. Defaults to
+    /// [`InFlightPolicy::Conflict`].
+    pub on_in_flight: InFlightPolicy,
+    /// How long a duplicate waits under [`InFlightPolicy::Wait`] before it gets
+    /// [`Answer::InFlight`](super::Answer::InFlight). Defaults to 10 s.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+}
+
+impl RoutePlan {
+    /// True when duplicates of an in-flight key wait for its outcome.
+    pub fn waits(&self) -> bool {
+        self.on_in_flight == InFlightPolicy::Wait && !self.max_wait.is_zero()
+    }
+}
+
+/// What a duplicate that finds its key in flight (the first request still runs under a live
+/// lease) gets. Spelled `"conflict"` or `"wait"` in configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InFlightPolicy {
+    /// [`Answer::InFlight`](super::Answer::InFlight) at once (`409 request-in-flight` with
+    /// `Retry-After`): the client asks again. The default.
+    #[default]
+    Conflict,
+    /// Wait up to [`RoutePlan::max_wait`] for the outcome, then answer as a retry after it
+    /// would: the stored response (a replay), `previous-attempt-failed`, `outcome-unknown`,
+    /// not kept. A released key is acquired by one waiter through the same atomic insert as
+    /// a new key ([`Lifecycle::begin_waiting`](super::Lifecycle::begin_waiting)).
+    Wait,
 }
 
 impl Default for RoutePlan {
@@ -78,6 +114,8 @@ impl Default for RoutePlan {
             lease_expired: LeaseExpiredPolicy::Unknown,
             retry_failed: false,
             max_lease: Duration::from_secs(60),
+            on_in_flight: InFlightPolicy::Conflict,
+            max_wait: Duration::from_secs(10),
         }
     }
 }

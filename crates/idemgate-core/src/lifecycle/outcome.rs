@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::pending::PendingGuard;
 use super::{Holder, Lifecycle};
+use crate::events::{EventKind, KeyEvent, KeyId, Released};
 use crate::record::{Lease, RecordState, StoredResponse};
 use crate::store::{IdempotencyStore, StoreError};
 
@@ -23,16 +24,28 @@ pub enum Outcome {
     Complete(StoredResponse),
     /// The attempt failed after it may have run: retries are refused.
     Fail,
-    /// Nothing was done: delete the record so the same key may run again.
-    Release,
+    /// Nothing was done: delete the record so the same key may run again. Duplicates that
+    /// wait on the key ([`super::InFlightPolicy::Wait`]) learn what the holder's client got.
+    Release {
+        /// The status the holder's client got (`503` when nothing was forwarded).
+        status: u16,
+        /// Its `Retry-After`, in ms: no waiter runs the key again before it.
+        retry_after_ms: Option<u64>,
+    },
 }
 
 impl Outcome {
+    /// The release of a request that was never forwarded: its client got `503`.
+    pub const UNSENT: Self = Self::Release {
+        status: 503,
+        retry_after_ms: None,
+    };
+
     fn name(&self) -> &'static str {
         match self {
             Self::Complete(_) => "complete",
             Self::Fail => "fail",
-            Self::Release => "release",
+            Self::Release { .. } => "release",
         }
     }
 
@@ -156,7 +169,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         outcome: Outcome,
     ) -> Result<Finished, PendingOutcome<'a, St>> {
         match self.attempt(&holder.lease, &outcome).await {
-            Ok(()) => Ok(Finished::Landed),
+            Ok(()) => Ok(self.landed_now(holder, &outcome).await),
             Err(StoreError::LeaseLost) => Ok(lease_lost(&holder.lease, &outcome)),
             Err(e) => {
                 tracing::warn!(op = outcome.name(), error = %e, "outcome write failed; retrying");
@@ -171,11 +184,29 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         }
     }
 
+    /// After `outcome` landed: tells the key's waiters ([`super::wait`]).
+    async fn landed_now(&self, holder: &Holder, outcome: &Outcome) -> Finished {
+        let kind = match *outcome {
+            Outcome::Release {
+                status,
+                retry_after_ms,
+            } => EventKind::Released(Released {
+                lease: Released::lease_id(&holder.lease),
+                status,
+                retry_after_ms,
+            }),
+            _ => EventKind::Written,
+        };
+        let key = KeyId::of(&holder.lease.key);
+        self.announce(KeyEvent { key, kind }, holder.announce).await;
+        Finished::Landed
+    }
+
     async fn attempt(&self, lease: &Lease, outcome: &Outcome) -> Result<(), StoreError> {
         match outcome {
             Outcome::Complete(r) => self.timed("complete", self.store.complete(lease, r)).await,
             Outcome::Fail => self.timed("fail", self.store.fail(lease)).await,
-            Outcome::Release => self.timed("release", self.store.release(lease)).await,
+            Outcome::Release { .. } => self.timed("release", self.store.release(lease)).await,
         }
     }
 
@@ -196,9 +227,9 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         }
         for attempt in 1.. {
             match self.attempt(lease, outcome).await {
-                Ok(()) => return Finished::Landed,
+                Ok(()) => return self.landed_now(holder, outcome).await,
                 Err(StoreError::LeaseLost) if ambiguous && self.landed(lease, outcome).await => {
-                    return Finished::Landed
+                    return self.landed_now(holder, outcome).await
                 }
                 Err(StoreError::LeaseLost) => return lease_lost(lease, outcome),
                 Err(e) => {
@@ -229,10 +260,10 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                     && match outcome {
                         Outcome::Complete(_) => r.state == RecordState::Completed,
                         Outcome::Fail => r.state == RecordState::Failed,
-                        Outcome::Release => false,
+                        Outcome::Release { .. } => false,
                     }
             }
-            Ok(None) => matches!(outcome, Outcome::Release),
+            Ok(None) => matches!(outcome, Outcome::Release { .. }),
             Err(_) => false,
         }
     }

@@ -13,7 +13,9 @@ use crate::fingerprint::Fingerprint;
 use crate::record::{IdempotencyRecord, LeaseToken, ScopedKey};
 use crate::store::{IdempotencyStore, Peeked, StoreError};
 
-/// What [`Lifecycle::peek`] found.
+/// What [`Lifecycle::peek`] found. On a route whose duplicates wait
+/// ([`RoutePlan::waits`]), a key in flight is an [`Peek::Acquire`]: the wait, like the
+/// acquire, runs in the work that outlives the client ([`Lifecycle::begin_waiting`]).
 #[derive(Debug)]
 pub enum Peek {
     /// The key's live record answers the request: nothing was acquired, nothing runs.
@@ -37,6 +39,9 @@ enum Ahead {
     /// The read failed: the acquire answers with this error without calling the store
     /// again (one deadline per request, not two).
     Failed(StoreError),
+    /// The key is in flight on a route whose duplicates wait: the acquire answers
+    /// [`Answer::InFlight`] without a store call, and [`Lifecycle::begin_waiting`] waits.
+    InFlight(u64),
 }
 
 /// The answer `decision` about the live `record` gives without acquiring it, or `None`
@@ -126,6 +131,9 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         let fp = fingerprint_as(&record, fingerprint, &refingerprint).await;
         let decision = decide(Some(&record), &fp, now, plan);
         match settled(key, record, decision) {
+            Some(Answer::InFlight { retry_after_ms }) if plan.waits() => {
+                Peek::Acquire(Acquire(Ahead::InFlight(retry_after_ms)))
+            }
             Some(answer) => Peek::Answer(answer),
             None => Peek::Acquire(Acquire(Ahead::NotRead)),
         }
@@ -146,6 +154,9 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     {
         let unseen = match acquire.0 {
             Ahead::Failed(e) => return Begin::Answer(self.store_failed(key, e)),
+            Ahead::InFlight(retry_after_ms) => {
+                return Begin::Answer(Answer::InFlight { retry_after_ms })
+            }
             Ahead::Absent => true,
             Ahead::NotRead => false,
         };

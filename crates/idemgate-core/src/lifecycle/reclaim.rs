@@ -146,10 +146,11 @@ async fn release<St: IdempotencyStore>(lifecycle: &Lifecycle<St>, lease: Lease, 
     let holder = Holder {
         lease,
         takeover: false,
+        announce: false,
         lease_ttl: Duration::from_secs(1),
         record_deadline: until,
     };
-    let done = lifecycle.write(&holder, &Outcome::Release, false).await;
+    let done = lifecycle.write(&holder, &Outcome::UNSENT, false).await;
     tracing::info!(%route, outcome = ?done, "released the record of an insert whose answer was lost");
     metrics::counter!("idempotency_reclaimed_total").increment(1);
 }

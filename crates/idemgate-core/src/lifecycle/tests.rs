@@ -9,6 +9,7 @@ use super::*;
 mod faulty;
 mod reclaims;
 mod versions;
+mod waits;
 use crate::engine::LeaseExpiredPolicy;
 use crate::record::RecordState;
 use crate::testing::{damage_memory, fp, response, unique_key, Damage};
@@ -167,6 +168,7 @@ async fn outcome_writes_outlast_a_store_outage_and_keep_renewing() {
     let h2 = Holder {
         lease: h.lease.clone(),
         takeover: false,
+        announce: false,
         lease_ttl: h.lease_ttl,
         record_deadline: h.record_deadline,
     };
@@ -212,7 +214,7 @@ async fn pending_outcomes_are_bounded() {
     store.down.store(true, Ordering::SeqCst);
     for h in holders {
         let e = e.clone();
-        tokio::spawn(async move { e.finish(&h, Outcome::Release).await });
+        tokio::spawn(async move { e.finish(&h, Outcome::UNSENT).await });
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     store.down.store(false, Ordering::SeqCst);

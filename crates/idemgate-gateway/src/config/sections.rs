@@ -145,6 +145,9 @@ impl Config {
         let upstream = gateway.upstream.as_ref();
         let https = upstream.is_some_and(|u| u.scheme_str() == Some("https"));
         let base = self.base(https, errs);
+        if let (Some(base), Some(timeout)) = (&base, gateway.upstream_timeout) {
+            wait_bounds(&base.policy, timeout, errs);
+        }
         if self.key_service != idemgate_key_service::KeyServiceConfig::default() {
             errs.extend(self.key_service.validate().err().unwrap_or_default());
         }
@@ -219,5 +222,19 @@ impl Config {
             policy,
         })
         .filter(|_| errs.len() == before)
+    }
+}
+
+/// A duplicate may not wait past `upstream_timeout`: the run it waits for ends by then.
+fn wait_bounds(policy: &Policy, upstream_timeout: Duration, errs: &mut Vec<String>) {
+    let routes = std::iter::once(("[defaults]", policy.default_route())).chain(policy.routes());
+    for (route, rp) in routes {
+        if rp.waits_longer_than(upstream_timeout) {
+            errs.push(format!(
+                "max_wait: {} on {route} is above upstream_timeout ({}); a duplicate would wait past the run it waits for",
+                humantime::format_duration(rp.max_wait),
+                humantime::format_duration(upstream_timeout),
+            ));
+        }
     }
 }

@@ -214,7 +214,7 @@ impl Config {
             .filter(|t| !t.is_empty())
     }
 
-    /// The engine-wide settings: store deadline and pending-outcome bounds.
+    /// The engine-wide settings: store deadline, pending-outcome and waiter bounds.
     fn lifecycle(&self, errs: &mut Vec<String>) -> LifecycleConfig {
         let d = LifecycleConfig::default();
         let store_timeout = duration("store_timeout", &self.store_timeout, errs);
@@ -227,10 +227,14 @@ impl Config {
         if self.max_pending_outcome_bytes == 0 {
             errs.push("max_pending_outcome_bytes: must be at least 1".into());
         }
+        if !(1..=1_000_000).contains(&self.max_waiters) {
+            errs.push("max_waiters: must be from 1 to 1000000".into());
+        }
         LifecycleConfig {
             store_timeout: store_timeout.unwrap_or(d.store_timeout),
             max_pending_outcomes: self.max_pending_outcomes,
             max_pending_outcome_bytes: self.max_pending_outcome_bytes,
+            max_waiters: self.max_waiters,
         }
     }
 }

@@ -363,3 +363,33 @@ fn in_flight_retry_after_is_bounded() {
     let ok = "upstream = \"http://127.0.0.1:3000\"\n[defaults]\nin_flight_retry_after = \"30s\"\n";
     assert!(parse(ok).validate().is_ok());
 }
+
+#[test]
+fn a_wait_past_the_upstream_timeout_is_refused() {
+    let text = "upstream = \"http://a:1\"\nupstream_timeout = \"5s\"\n[defaults]\non_in_flight = \"wait\"\nmax_wait = \"6s\"\n";
+    let errs = parse(text).validate().unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("max_wait: 6s on [defaults] is above upstream_timeout (5s)")),
+        "{errs:?}"
+    );
+    // The same wait on a route that answers 409 waits for nothing: accepted.
+    parse(&text.replace("\"wait\"", "\"conflict\""))
+        .validate()
+        .unwrap();
+    parse(&text.replace("6s", "5s")).validate().unwrap();
+    let unknown = text.replace("\"wait\"", "\"sleep\"");
+    let named = match toml::from_str::<Config>(&unknown) {
+        Err(e) => e.to_string(),
+        Ok(c) => c.validate().unwrap_err().join("\n"),
+    };
+    assert!(named.contains("on_in_flight"), "{named}");
+}
+
+#[test]
+fn max_waiters_is_bounded() {
+    for (n, ok) in [(0, false), (1, true), (1_000_000, true), (1_000_001, false)] {
+        let c = parse(&format!("upstream = \"http://a:1\"\nmax_waiters = {n}\n"));
+        assert_eq!(c.validate().is_ok(), ok, "{n}");
+    }
+}

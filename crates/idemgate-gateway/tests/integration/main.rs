@@ -67,3 +67,4 @@ mod store_metrics;
 mod support;
 mod tls;
 mod upstream;
+mod waits;

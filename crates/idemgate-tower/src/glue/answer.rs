@@ -1,7 +1,7 @@
 //! The answer to a request the lifecycle settled without running it: a replay of the stored
 //! response, or the problem answer for the reason.
 
-use http::Response;
+use http::{Response, StatusCode};
 use idemgate_core::lifecycle::{hash_key, principal_hash, Answer};
 
 use super::Covered;
@@ -48,6 +48,13 @@ fn rejection_for(answer: Answer, rp: &RoutePolicy) -> IdempotencyRejection {
             status: rp.mismatch_status,
         },
         Answer::PreviousFailed => IdempotencyRejection::PreviousAttemptFailed,
+        Answer::Released {
+            status,
+            retry_after_ms,
+        } => IdempotencyRejection::PreviousAttemptReleased {
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            retry_after_secs: retry_after_ms.map(|ms| ms.div_ceil(1000)),
+        },
         Answer::OutcomeUnknown => IdempotencyRejection::OutcomeUnknown,
         Answer::Corrupt | Answer::Replay(_) => IdempotencyRejection::RecordCorrupt,
         Answer::Unavailable(_) | Answer::Overloaded => IdempotencyRejection::StoreUnavailable,

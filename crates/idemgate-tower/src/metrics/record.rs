@@ -118,8 +118,14 @@ impl RouteMetrics {
     }
 }
 
+/// The slot of `rejected`, where an outcome not in [`OUTCOMES`] counts.
+const REJECTED: usize = 14;
+
 fn outcome_index(outcome: &str) -> usize {
-    OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(13)
+    OUTCOMES
+        .iter()
+        .position(|o| *o == outcome)
+        .unwrap_or(REJECTED)
 }
 
 /// The [`RouteMetrics`] of every route label of one policy.
@@ -202,8 +208,8 @@ mod tests {
 
     #[test]
     fn every_outcome_and_class_has_its_slot() {
-        assert_eq!(OUTCOMES[13], "rejected", "the fallback slot");
-        assert_eq!(outcome_index("no such outcome"), 13);
+        assert_eq!(OUTCOMES[REJECTED], "rejected", "the fallback slot");
+        assert_eq!(outcome_index("no such outcome"), REJECTED);
         for (i, o) in OUTCOMES.iter().enumerate() {
             assert_eq!(outcome_index(o), i);
         }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use http::{HeaderName, StatusCode};
 use idemgate_core::engine::LeaseExpiredPolicy;
+use idemgate_core::lifecycle::InFlightPolicy;
 
 use super::{RoutePolicy, StatusPattern};
 use crate::limits::PrincipalLimits;
@@ -58,6 +59,8 @@ setters! {
     with_limits => limits: PrincipalLimits,
     with_record_ttl_header => record_ttl_header: bool,
     with_in_flight_retry_after => in_flight_retry_after: Duration,
+    with_on_in_flight => on_in_flight: InFlightPolicy,
+    with_max_wait => max_wait: Duration,
     with_trailing_slash => trailing_slash: TrailingSlash,
     with_encoded_slash => encoded_slash: EncodedSlash,
     with_case_insensitive => case_insensitive: bool,

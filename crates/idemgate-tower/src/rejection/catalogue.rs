@@ -32,6 +32,10 @@ impl IdempotencyRejection {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
             },
             Self::PreviousAttemptFailed,
+            Self::PreviousAttemptReleased {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                retry_after_secs: Some(2),
+            },
             Self::ResponseNotKept {
                 original_status: 201,
                 detail: None,
@@ -84,7 +88,7 @@ mod tests {
     fn the_catalogue_holds_each_kind_once_with_a_distinct_answer() {
         let all = IdempotencyRejection::catalogue();
         let kinds: HashSet<_> = all.iter().map(std::mem::discriminant).collect();
-        assert_eq!(kinds.len(), 30, "every variant");
+        assert_eq!(kinds.len(), 31, "every variant");
         let answers: HashSet<_> = all.iter().map(|r| (r.anchor(), r.detail())).collect();
         assert_eq!(answers.len(), all.len(), "no two entries say the same");
         for r in &all {

@@ -1,0 +1,238 @@
+//! Duplicates that wait for the outcome of an in-flight key ([`InFlightPolicy::Wait`]).
+//!
+//! A waiter holds no store connection: it waits on its key's slot in this process
+//! ([`registry`]), whose one watcher task reads the record when an event comes (this
+//! process's outcome writes, other processes' through [`IdempotencyStore::listen`]), when a
+//! waiter arrives, and on a slow poll (at least once a lease TTL, and at most
+//! [`IdempotencyStore::event_poll`] apart), so a lost event delays an answer, never hangs it.
+//!
+//! What a waiter answers:
+//! - the record settled (completed, failed, resolved): what a retry gets now;
+//! - the lease lapsed: what a retry gets (`outcome-unknown` by default; a route that takes
+//!   over acquires, as its retry would);
+//! - the holder released the key (known only from the release's event): the waiter acquires
+//!   it through the same atomic insert as a new key, not before the released answer's
+//!   `Retry-After` and at most once per wait; one waiter wins and runs it, the others wait
+//!   on; a waiter whose one try is spent answers the holder's released status;
+//! - the record vanished without a release (TTL, eviction, failover loss, an operator):
+//!   [`Answer::InFlight`], as without waiting: it is never run by a waiter;
+//! - `max_wait` passed, or `max_waiters` wait already: [`Answer::InFlight`].
+//!
+//! [`InFlightPolicy::Wait`]: super::InFlightPolicy::Wait
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::peek::{fingerprint_as, settled, Acquire};
+use super::{Answer, Begin, Lifecycle, RoutePlan};
+use crate::engine::{decide, Decision};
+use crate::events::{EventSink, KeyEvent, KeyId};
+use crate::fingerprint::Fingerprint;
+use crate::record::ScopedKey;
+use crate::store::IdempotencyStore;
+
+mod registry;
+mod watcher;
+
+pub(crate) use registry::Waiters;
+use registry::{Place, Read};
+
+/// How long a record that vanished is given for its release's event to arrive (it may
+/// follow the delete by a store round trip, or a notification's delivery) before the
+/// waiters answer [`Answer::InFlight`].
+const GONE_GRACE: Duration = Duration::from_millis(1000);
+
+/// What one stretch of waiting came to.
+enum Waited {
+    Answer(Answer),
+    /// Acquire the key as a retry would (released, or a lapsed lease the route takes over).
+    Acquire,
+}
+
+impl<St: IdempotencyStore> Lifecycle<St> {
+    /// [`Lifecycle::begin_after`], then, on a route whose duplicates wait
+    /// ([`RoutePlan::waits`]) and while the key is in flight, waits for its outcome as the
+    /// module says, up to `plan.max_wait`. `gone` completes when nobody awaits the answer
+    /// any more (the client left): the wait then ends at once with [`Answer::InFlight`].
+    /// Only the waiting is cut short by `gone`, never an acquire.
+    pub async fn begin_waiting<F>(
+        &self,
+        acquire: Acquire,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        refingerprint: impl Fn(u16) -> F,
+        gone: impl Future<Output = ()>,
+    ) -> Begin
+    where
+        F: Future<Output = Option<Fingerprint>>,
+    {
+        let mut begun = self
+            .begin_after(acquire, key, fingerprint, plan, &refingerprint)
+            .await;
+        if !plan.waits() || !matches!(begun, Begin::Answer(Answer::InFlight { .. })) {
+            return begun;
+        }
+        let started = Instant::now();
+        let Some(place) = self.join(key) else {
+            metrics::counter!("idempotency_waits_total", "outcome" => "refused").increment(1);
+            return begun;
+        };
+        let mut wait = Wait {
+            place,
+            deadline: started + plan.max_wait,
+            tried: false,
+            releases_seen: 0,
+        };
+        wait.releases_seen = wait.last_release();
+        let mut gone = std::pin::pin!(gone);
+        let begun = loop {
+            let waited = wait
+                .until_settled(key, fingerprint, plan, &refingerprint, gone.as_mut())
+                .await;
+            begun = match waited {
+                Waited::Answer(answer) => break Begin::Answer(answer),
+                Waited::Acquire => self.begin(key, fingerprint, plan, &refingerprint).await,
+            };
+            // Lost the acquire of a released key to another: wait for that run.
+            if !matches!(begun, Begin::Answer(Answer::InFlight { .. }))
+                || Instant::now() >= wait.deadline
+            {
+                break begun;
+            }
+        };
+        let outcome = match &begun {
+            Begin::Run(_) => "run",
+            Begin::Answer(Answer::InFlight { .. }) => "in_flight",
+            Begin::Answer(Answer::Replay(_)) => "replay",
+            Begin::Answer(Answer::Released { .. }) => "released",
+            Begin::Answer(_) => "answered",
+        };
+        metrics::counter!("idempotency_waits_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("idempotency_wait_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        begun
+    }
+
+    /// A place among the waiters of `key`, its watcher started with the slot, and the
+    /// store's events listened to from the first waiter on; `None` past `max_waiters`.
+    fn join(&self, key: &ScopedKey) -> Option<Place> {
+        let (place, new) = self.waiters.join(KeyId::of(key), self.config.max_waiters)?;
+        if new {
+            tokio::spawn(watcher::watch(
+                self.clone(),
+                key.clone(),
+                place.slot.clone(),
+            ));
+        } else {
+            place.slot.poke.notify_one();
+        }
+        if self.waiters.listening.set(()).is_ok() {
+            let (store, sink) = (self.store.clone(), EventSink::new(&self.waiters));
+            tokio::spawn(async move { store.listen(sink).await });
+        }
+        Some(place)
+    }
+
+    /// Tells the waiters of `event`'s key, in this process and (when `others`) in others.
+    pub(super) async fn announce(&self, event: KeyEvent, others: bool) {
+        self.waiters.deliver(event);
+        if others {
+            if let Err(e) = self.timed("announce", self.store.announce(&event)).await {
+                // The others' slow poll covers it; a release then reads as a vanished record.
+                tracing::warn!(error = %crate::report::error_text(&e), "key event not sent to other processes");
+            }
+        }
+    }
+
+    /// Duplicates waiting in this process, on every key.
+    pub fn waiters(&self) -> usize {
+        self.waiters.count()
+    }
+}
+
+/// One waiter's state.
+struct Wait {
+    place: Place,
+    deadline: Instant,
+    /// This wait acquired a released key once already.
+    tried: bool,
+    /// The number of the last release this waiter acted on (or that predates it).
+    releases_seen: u64,
+}
+
+impl Wait {
+    fn last_release(&self) -> u64 {
+        self.place.seen.borrow().released.map_or(0, |(n, _)| n)
+    }
+
+    /// Waits until the key's record settles the request, or says to acquire it.
+    async fn until_settled<F>(
+        &mut self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        refingerprint: &impl Fn(u16) -> F,
+        mut gone: std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Waited
+    where
+        F: Future<Output = Option<Fingerprint>>,
+    {
+        let in_flight = Waited::Answer(Answer::InFlight {
+            retry_after_ms: 1000,
+        });
+        let mut vanished: Option<Instant> = None;
+        loop {
+            let grace_end =
+                vanished.map_or(self.deadline, |at| (at + GONE_GRACE).min(self.deadline));
+            tokio::select! {
+                changed = self.place.seen.changed() => if changed.is_err() { return in_flight },
+                _ = tokio::time::sleep_until(grace_end) => return in_flight,
+                _ = gone.as_mut() => return in_flight,
+            }
+            let now_seen = self.place.seen.borrow_and_update().clone();
+            if let Some((n, released)) = now_seen.released.filter(|(n, _)| *n > self.releases_seen)
+            {
+                self.releases_seen = n;
+                let answer = Waited::Answer(Answer::Released {
+                    status: released.status,
+                    retry_after_ms: released.retry_after_ms,
+                });
+                if std::mem::replace(&mut self.tried, true) {
+                    return answer;
+                }
+                let at =
+                    Instant::now() + Duration::from_millis(released.retry_after_ms.unwrap_or(0));
+                if at > self.deadline {
+                    return answer;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => return Waited::Acquire,
+                    _ = gone.as_mut() => return in_flight,
+                }
+            }
+            let (record, now) = match now_seen.read {
+                Read::Pending => continue,
+                Read::Gone => {
+                    vanished.get_or_insert_with(Instant::now);
+                    continue;
+                }
+                Read::Record(record, now) => (record, now),
+            };
+            vanished = None;
+            let fp = fingerprint_as(&record, fingerprint, refingerprint).await;
+            match decide(Some(&record), &fp, now, plan) {
+                Decision::InFlight { .. } => continue,
+                Decision::Takeover => return Waited::Acquire,
+                // Expired by its TTL while waited on: vanished without a release.
+                Decision::Insert => return in_flight,
+                decision => match settled(key, (*record).clone(), decision) {
+                    Some(answer) => return Waited::Answer(answer),
+                    None => return in_flight,
+                },
+            }
+        }
+    }
+}

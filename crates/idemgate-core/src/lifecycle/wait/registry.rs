@@ -1,0 +1,157 @@
+//! The waiters of one process, by key: one slot per waited key, with one watcher task that
+//! reads the key's record for all its waiters (on an event, on a waiter's arrival, and on a
+//! slow poll), so a key costs the store one read per event whatever the number of waiters.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::sync::{watch, Notify};
+
+use crate::events::{EventKind, KeyEvent, KeyId, Released};
+use crate::record::{IdempotencyRecord, UnixMillis};
+
+/// What the waiters of a key know of it: the watcher's last read, and the last release.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Seen {
+    pub(super) read: Read,
+    /// The key's last release known, numbered in the order this process learnt them.
+    pub(super) released: Option<(u64, Released)>,
+}
+
+/// The watcher's last read of a key's record.
+#[derive(Clone, Debug, Default)]
+pub(super) enum Read {
+    /// Not read yet.
+    #[default]
+    Pending,
+    /// The live record and the time of the read (this process's clock, ms).
+    Record(Arc<IdempotencyRecord>, UnixMillis),
+    /// No live record.
+    Gone,
+}
+
+/// One waited key.
+#[derive(Debug)]
+pub(super) struct Slot {
+    pub(super) seen: watch::Sender<Seen>,
+    /// Asks the watcher for a read now.
+    pub(super) poke: Notify,
+    /// Waiters of this key; the slot leaves the table with the last.
+    waiters: AtomicUsize,
+}
+
+/// The waiters of one process (see the module).
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    slots: Mutex<HashMap<KeyId, Arc<Slot>>>,
+    /// Waiters of every key.
+    count: AtomicUsize,
+    /// Numbers releases in the order they were learnt.
+    releases: AtomicUsize,
+    /// Set once other processes' events are listened to (from the first waiter on).
+    pub(super) listening: OnceLock<()>,
+}
+
+/// A waiter's place: counted until dropped.
+#[derive(Debug)]
+pub(super) struct Place {
+    waiters: Arc<Waiters>,
+    key: KeyId,
+    pub(super) slot: Arc<Slot>,
+    /// The slot's news, subscribed before the watcher's first read for this waiter.
+    pub(super) seen: watch::Receiver<Seen>,
+}
+
+impl Waiters {
+    /// Joins the waiters of `key`, unless `max` wait already. The second value is true when
+    /// the slot is new: its watcher is to be started.
+    pub(super) fn join(self: &Arc<Self>, key: KeyId, max: usize) -> Option<(Place, bool)> {
+        let count = self.count.fetch_add(1, Ordering::Relaxed);
+        if count >= max {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        metrics::gauge!("idempotency_waiters").set((count + 1) as f64);
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut new = false;
+        let slot = slots.entry(key).or_insert_with(|| {
+            new = true;
+            Arc::new(Slot {
+                seen: watch::Sender::new(Seen::default()),
+                poke: Notify::new(),
+                waiters: AtomicUsize::new(0),
+            })
+        });
+        slot.waiters.fetch_add(1, Ordering::Relaxed);
+        let slot = slot.clone();
+        drop(slots);
+        let seen = slot.seen.subscribe();
+        let place = Place {
+            waiters: self.clone(),
+            key,
+            slot,
+            seen,
+        };
+        Some((place, new))
+    }
+
+    /// Hands `event` to the waiters of its key, if any (no lock when nobody waits).
+    pub(crate) fn deliver(&self, event: KeyEvent) {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&event.key)
+            .cloned();
+        let Some(slot) = slot else { return };
+        match event.kind {
+            EventKind::Written => slot.poke.notify_one(),
+            EventKind::Released(r) => {
+                let n = self.releases.fetch_add(1, Ordering::Relaxed) as u64 + 1;
+                slot.seen.send_modify(|seen| {
+                    // The same release heard twice (in process and from the store) counts once.
+                    if seen.released.is_none_or(|(_, known)| known != r) {
+                        seen.released = Some((n, r));
+                    }
+                });
+                // Then a read: who runs it again shows there.
+                slot.poke.notify_one();
+            }
+        }
+    }
+
+    /// After events may have been missed (a listener reconnected): every waited key is read
+    /// again.
+    pub(crate) fn missed(&self) {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        for slot in slots.values() {
+            slot.poke.notify_one();
+        }
+    }
+
+    /// Waiters of every key.
+    pub(crate) fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let left = self.waiters.count.fetch_sub(1, Ordering::Relaxed) - 1;
+        metrics::gauge!("idempotency_waiters").set(left as f64);
+        let mut slots = self.waiters.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if self.slot.waiters.fetch_sub(1, Ordering::Relaxed) == 1 {
+            // The last: the slot leaves (its watcher stops when it sees no receiver).
+            if slots
+                .get(&self.key)
+                .is_some_and(|s| Arc::ptr_eq(s, &self.slot))
+            {
+                slots.remove(&self.key);
+            }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Duplicates that wait for the first request's outcome (`on_in_flight = "wait"`) instead of
+//! getting `409`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use idemgate_gateway::config::Config;
+use tempfile::TempDir;
+
+use crate::support::*;
+
+/// A gateway on a fresh SQLite file whose duplicates wait, after `edit`.
+async fn waiting_gateway(up: &Upstream, edit: impl FnOnce(&mut Config)) -> (Gateway, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("idemgate.db").display());
+    let gw = gateway(&up.base, &store, |c| {
+        c.defaults.set("on_in_flight", "wait");
+        edit(c);
+    })
+    .await;
+    (gw, dir)
+}
+
+/// Sends `n` duplicates of one keyed POST to `path` at once; their statuses, whether each
+/// was marked replayed, and their bodies.
+async fn duplicates(base: &str, path: &str, key: &str, n: usize) -> Vec<(u16, bool, String)> {
+    let sends: Vec<_> = (0..n)
+        .map(|_| tokio::spawn(post(base, path, Some(key), "{\"amount\":1}").send()))
+        .collect();
+    let mut answers = Vec::new();
+    for send in sends {
+        let resp = send.await.unwrap().unwrap();
+        let replayed = resp.headers().contains_key("idempotent-replayed");
+        answers.push((resp.status().as_u16(), replayed, resp.text().await.unwrap()));
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_duplicates_wait_for_the_one_run_and_get_its_response() {
+    let up = upstream().await;
+    let (gw, _dir) = waiting_gateway(&up, |_| {}).await;
+    let answers = duplicates(&gw.base, "/payments?delay_ms=1500", &key(), 200).await;
+    assert_eq!(up.count(), 1, "the upstream ran once");
+    assert!(answers.iter().all(|(s, _, _)| *s == 201), "{answers:?}");
+    let replayed = answers.iter().filter(|(_, r, _)| *r).count();
+    assert_eq!(replayed, 199);
+    let first = &answers.iter().find(|(_, r, _)| !r).unwrap().2;
+    assert!(
+        answers.iter().all(|(_, _, body)| body == first),
+        "the same stored response"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_first_attempt_is_run_by_one_waiter_and_a_second_release_by_none() {
+    let up = upstream().await;
+    let (gw, _dir) = waiting_gateway(&up, |_| {}).await;
+    // Every execution answers 503 (released by default): the first, then one waiter's.
+    let answers = duplicates(&gw.base, "/payments?delay_ms=700&status=503", &key(), 20).await;
+    assert_eq!(up.count(), 2, "the first and exactly one waiter ran it");
+    let upstream_503s = answers
+        .iter()
+        .filter(|(_, _, b)| b.contains("execution"))
+        .count();
+    assert_eq!(upstream_503s, 2, "{answers:?}");
+    for (status, replayed, body) in &answers {
+        assert_eq!(*status, 503, "{body}");
+        assert!(!replayed, "a release is never a replay");
+    }
+    let released = answers
+        .iter()
+        .filter(|(_, _, b)| b.contains("previous-attempt-released"));
+    assert_eq!(released.count(), 18, "{answers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_first_attempt_that_succeeds_on_its_rerun_is_replayed_to_the_rest() {
+    let up = upstream().await;
+    let (gw, _dir) = waiting_gateway(&up, |_| {}).await;
+    let path = "/payments?delay_ms=700&first_status=503";
+    let answers = duplicates(&gw.base, path, &key(), 20).await;
+    assert_eq!(up.count(), 2);
+    let statuses: Vec<_> = answers.iter().map(|(s, r, _)| (*s, *r)).collect();
+    assert_eq!(
+        statuses.iter().filter(|a| **a == (503, false)).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|a| **a == (201, false)).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|a| **a == (201, true)).count(),
+        18,
+        "{statuses:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_first_attempt_gives_waiters_previous_attempt_failed() {
+    let up = upstream().await;
+    let (gw, _dir) = waiting_gateway(&up, |_| {}).await;
+    let answers = duplicates(&gw.base, "/payments?delay_ms=700&status=500", &key(), 10).await;
+    assert_eq!(up.count(), 1);
+    let failed = answers
+        .iter()
+        .filter(|(_, _, b)| b.contains("previous-attempt-failed"));
+    assert_eq!(failed.count(), 9, "{answers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_ends_at_max_wait_with_409_and_past_max_waiters_at_once() {
+    let up = upstream().await;
+    let (gw, _dir) = waiting_gateway(&up, |c| {
+        c.defaults.set("max_wait", "1s");
+        c.max_waiters = 3;
+    })
+    .await;
+    let k = key();
+    let path = "/payments?delay_ms=4000";
+    let first = tokio::spawn(post(&gw.base, path, Some(&k), "{\"amount\":1}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let (base, k2) = (gw.base.clone(), k.clone());
+    let waited = tokio::spawn(async move { duplicates(&base, path, &k2, 3).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A fourth duplicate finds three waiting: 409 at once.
+    let refused = post(&gw.base, path, Some(&k), "{\"amount\":1}")
+        .send()
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_millis(900));
+    let refused = assert_problem(refused, 409, "request-in-flight").await;
+    assert!(refused["detail"].is_string());
+    for (status, _, body) in waited.await.unwrap() {
+        assert_eq!(status, 409, "{body}");
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_millis(950), "{elapsed:?}");
+    assert_eq!(first.await.unwrap().unwrap().status(), 201);
+    assert_eq!(up.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_route_still_answers_409_at_once() {
+    let up = upstream().await;
+    let (gw, _dir) = waiting_gateway(&up, |c| c.defaults.set("on_in_flight", "conflict")).await;
+    let answers = duplicates(&gw.base, "/payments?delay_ms=800", &key(), 10).await;
+    assert_eq!(up.count(), 1);
+    assert_eq!(
+        answers.iter().filter(|(s, _, _)| *s == 409).count(),
+        9,
+        "{answers:?}"
+    );
+}
