@@ -101,6 +101,7 @@ mod admin;
 mod connect;
 mod durability;
 mod error;
+mod events;
 mod gauges;
 mod guarded;
 mod hosts;

@@ -8,6 +8,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use idemgate_core::events::{EventSink, KeyEvent};
 use idemgate_core::{
     response_checksum, IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease,
     LeaseToken, ScopedKey, StoreError, StoredResponse, UnixMillis,
@@ -245,6 +246,22 @@ impl IdempotencyStore for PostgresStore {
                 .purged(),
             None => self.purge_on(&self.pool, batch).await,
         }
+    }
+
+    /// `pg_notify` on the table's channel (`events.rs`).
+    async fn announce(&self, event: &KeyEvent) -> Result<(), StoreError> {
+        self.notify(event).await
+    }
+
+    /// `LISTEN` on the table's channel, on a connection of its own (`events.rs`).
+    async fn listen(&self, sink: EventSink) {
+        self.listen_events(sink).await
+    }
+
+    /// Events come by `NOTIFY`: the poll only covers a lost one (a failover, a broken
+    /// listener).
+    fn event_poll(&self) -> Duration {
+        Duration::from_secs(2)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

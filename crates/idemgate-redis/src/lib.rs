@@ -132,6 +132,7 @@ mod check;
 mod conn;
 mod durability;
 mod error;
+mod events;
 mod gauges;
 mod key;
 mod options;

@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idemgate_core::events::{EventSink, KeyEvent};
 use idemgate_core::integrity::response_checksum;
 use idemgate_core::record::duration_ms;
 use idemgate_core::{
@@ -21,7 +22,7 @@ use crate::error::{classify, unexpected, Result};
 use crate::key::{record_key, validate_prefix, DEFAULT_KEY_PREFIX};
 use crate::record::{array, int, Fields};
 use crate::scripts::SCRIPTS;
-use crate::wait::Waiter;
+use crate::wait::{Nodes, Waiter};
 
 /// Longest lease or record TTL passed to the scripts: 100 years, in ms. Longer durations
 /// are clamped to it (Lua numbers are doubles: exact up to 2^53).
@@ -52,6 +53,8 @@ pub struct RedisStore {
     conn: Conn,
     prefix: Arc<str>,
     wait: Option<Arc<Waiter>>,
+    /// Where the key events' subscription goes (`events.rs`); `None`: waiters poll.
+    events: Option<Nodes>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -86,7 +89,14 @@ impl RedisStore {
             conn,
             prefix: Arc::from(DEFAULT_KEY_PREFIX),
             wait: None,
+            events: None,
         }
+    }
+
+    /// Subscribes to key events on `nodes` (`events.rs`).
+    pub(crate) fn with_events(mut self, nodes: Nodes) -> Self {
+        self.events = Some(nodes);
+        self
     }
 
     /// Makes each write wait for replicas through `waiter`.
@@ -256,6 +266,28 @@ impl RedisStore {
 }
 
 impl IdempotencyStore for RedisStore {
+    /// `PUBLISH` on `<key prefix>events` (`events.rs`).
+    async fn announce(&self, event: &KeyEvent) -> Result<(), StoreError> {
+        self.publish(event).await
+    }
+
+    /// A subscription to `<key prefix>events` on a connection of its own (`events.rs`);
+    /// none for a store on a cluster or a caller's connection manager.
+    async fn listen(&self, sink: EventSink) {
+        if let Some(nodes) = &self.events {
+            self.subscribe(nodes, sink).await;
+        }
+    }
+
+    /// With a subscription the poll only covers a lost event; without one it is how
+    /// other processes' outcomes are seen.
+    fn event_poll(&self) -> Duration {
+        match self.events {
+            Some(_) => Duration::from_secs(2),
+            None => Duration::from_millis(250),
+        }
+    }
+
     async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
         let mut inv = SCRIPTS.insert_or_get.key(self.record_key(&req.key));
         inv.arg(&req.key.principal)

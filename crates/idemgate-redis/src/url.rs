@@ -55,7 +55,7 @@ impl RedisStore {
                 (Conn::Sentinel(sentinel.clone()), Nodes::Sentinel(sentinel))
             }
         };
-        let store = Self::from_conn(conn);
+        let store = Self::from_conn(conn).with_events(nodes.clone());
         Ok(match options.wait_replicas {
             0 => store,
             _ => store.with_waiter(Waiter::new(nodes, options)),

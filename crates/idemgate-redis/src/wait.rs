@@ -29,6 +29,7 @@ use crate::sentinel::{check_primary, primary_lost, SentinelConn};
 pub(crate) const MAX_IDLE: usize = 16;
 
 /// Where dedicated connections go: the one server, or the primary the Sentinels name.
+#[derive(Clone)]
 pub(crate) enum Nodes {
     /// One server.
     Single(Arc<Client>),

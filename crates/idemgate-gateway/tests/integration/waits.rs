@@ -157,3 +157,74 @@ async fn a_conflict_route_still_answers_409_at_once() {
         "{answers:?}"
     );
 }
+
+/// 100 duplicates, half to each of two gateways on one shared `store` (their own
+/// lifecycles: events travel only through the store), whose waits are shorter than the
+/// store's slow poll (2 s): only the first's event can answer the other gateway's waiters.
+async fn split_across_two_gateways(store: &str, edit: impl Fn(&mut Config)) {
+    let up = upstream().await;
+    let config = |c: &mut Config| {
+        c.defaults.set("on_in_flight", "wait");
+        c.defaults.set("max_wait", "1800ms");
+        edit(c);
+    };
+    let a = gateway(&up.base, store, &config).await;
+    let b = gateway(&up.base, store, &config).await;
+    let k = key();
+    let path = "/payments?delay_ms=1000";
+    let first = tokio::spawn(post(&a.base, path, Some(&k), "{\"amount\":1}").send());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (base_a, base_b, k2) = (a.base.clone(), b.base.clone(), k.clone());
+    let on_a = tokio::spawn(async move { duplicates(&base_a, path, &k2, 49).await });
+    let on_b = duplicates(&base_b, path, &k, 50).await;
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.status(), 201);
+    assert!(!first.headers().contains_key("idempotent-replayed"));
+    for (status, replayed, body) in on_a.await.unwrap().into_iter().chain(on_b) {
+        assert_eq!((status, replayed), (201, true), "{body}");
+    }
+    assert_eq!(up.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_split_across_two_gateways_on_postgres_wait_for_one_run() {
+    let Some(url) = test_url("IDEMGATE_TEST_DATABASE_URL") else {
+        return;
+    };
+    let table = format!("idem_wait_{:012x}", rand_u64() >> 16);
+    let (u, t) = (url.clone(), table.clone());
+    let _drop = OnDrop(Some(Box::pin(async move { drop_pg_table(&u, &t).await })));
+    split_across_two_gateways(&url, |c| c.store_table = table.clone()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_split_across_two_gateways_on_redis_wait_for_one_run() {
+    let Some(url) = test_url("IDEMGATE_TEST_REDIS_URL") else {
+        return;
+    };
+    let prefix = format!("idem-wait-{:016x}:", rand_u64());
+    let (u, p) = (url.clone(), prefix.clone());
+    let _delete = OnDrop(Some(Box::pin(
+        async move { delete_redis_prefix(&u, &p).await },
+    )));
+    split_across_two_gateways(&url, |c| c.store_key_prefix = prefix.clone()).await;
+}
+
+/// Runs its cleanup when dropped, the test failed or not (on a thread and runtime of its
+/// own: the test's runtime may be unwinding).
+struct OnDrop(Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        let Some(cleanup) = self.0.take() else { return };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(cleanup);
+            });
+        });
+    }
+}
