@@ -10,6 +10,8 @@ pub const MAX_LEASE_TTL_MS: u64 = 3_600_000;
 pub const MIN_RECORD_TTL_MS: u64 = 60_000;
 /// Longest record TTL a caller may ask for, in ms (30 days).
 pub const MAX_RECORD_TTL_MS: u64 = 30 * 24 * 3_600_000;
+/// Longest wait an acquire may ask for, in ms (1 min).
+pub const MAX_WAIT_MS: u64 = 60_000;
 
 wire_types! {
     /// `POST /v1/acquire`: ask for the right to run an operation once.
@@ -57,6 +59,15 @@ wire_types! {
         /// Whether a `failed` record may run again (as a takeover). Defaults to false.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub retry_failed: Option<bool>,
+        /// How long to wait, in ms (0 to 60,000), when another attempt holds the key: the
+        /// answer then comes when that attempt's outcome lands (`replay`,
+        /// `previous_failed`, ...), or `run` when it released the key and this call acquired
+        /// it, or `released` when it released the key and this call did not acquire it
+        /// within the wait, or `in_flight` when the wait ends. Defaults to 0: `in_flight` at
+        /// once.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 60000))]
+        pub wait_ms: Option<u64>,
     }
 
     /// `on_lease_expired`.
@@ -123,6 +134,16 @@ wire_types! {
         NotKept {
             /// The status the first caller got.
             status: u16,
+        },
+        /// Only with `wait_ms`: while this call waited, the attempt holding the key released
+        /// it (nothing ran), another waiting call acquired it or the wait ended first. Retry
+        /// the acquire, not before `retry_after_ms`.
+        Released {
+            /// The status the releasing attempt answered its caller (`503` when it did not say).
+            status: u16,
+            /// Its `Retry-After`, in ms, if it had one.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            retry_after_ms: Option<u64>,
         },
     }
 

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::Json;
 use idemgate_client::store_wire::token_hex;
 use idemgate_client::wire::*;
-use idemgate_core::lifecycle::{Answer, Begin, RoutePlan};
+use idemgate_core::lifecycle::{Answer, Begin, InFlightPolicy, RoutePlan};
 use idemgate_core::{
     Fingerprint, IdempotencyStore, Lease, LeaseExpiredPolicy, LeaseToken, RecordState, ScopedKey,
     StoreError,
@@ -59,17 +59,38 @@ pub async fn acquire<St: IdempotencyStore>(
         }
         None => s.lifecycle.begin(&key, current, &plan, refingerprint).await,
     };
+    let own = match (&begin, attempt) {
+        (Begin::Answer(Answer::InFlight { .. }), Some(t)) => s.own_lease(&key, t, current).await?,
+        _ => None,
+    };
+    if let Some(own) = own {
+        return Ok(Json(decided(&caller, own)));
+    }
+    let begin = match begin {
+        // Another attempt holds it: with `wait_ms`, wait for its outcome (the call's own
+        // future: a caller that hangs up ends it).
+        Begin::Answer(Answer::InFlight { .. }) if plan.waits() => {
+            let gone = std::future::pending();
+            s.lifecycle
+                .wait_in_flight(&key, current, &plan, refingerprint, gone)
+                .await
+        }
+        begin => begin,
+    };
     let answer = match begin {
         Begin::Run(holder) => AcquireResponse::Run {
             lease: lease_info(&holder.lease),
             takeover: holder.takeover,
         },
         Begin::Answer(answer) => match answer {
-            Answer::InFlight { retry_after_ms } => match attempt {
-                Some(t) => s.own_lease(&key, t, current).await?,
-                None => None,
-            }
-            .unwrap_or(AcquireResponse::InFlight { retry_after_ms }),
+            Answer::InFlight { retry_after_ms } => AcquireResponse::InFlight { retry_after_ms },
+            Answer::Released {
+                status,
+                retry_after_ms,
+            } => AcquireResponse::Released {
+                status,
+                retry_after_ms,
+            },
             Answer::Replay(r) => AcquireResponse::Replay {
                 response: validate::response_parts(&r),
             },
@@ -81,8 +102,13 @@ pub async fn acquire<St: IdempotencyStore>(
             _ => return Err(ApiError::unavailable()),
         },
     };
+    Ok(Json(decided(&caller, answer)))
+}
+
+/// Counts `answer` under its decision.
+fn decided(caller: &Caller, answer: AcquireResponse) -> AcquireResponse {
     metrics::counter!("idempotency_key_service_decisions_total", "client" => caller.name.to_string(), "decision" => decision_name(&answer)).increment(1);
-    Ok(Json(answer))
+    answer
 }
 
 fn decision_name(a: &AcquireResponse) -> &'static str {
@@ -94,6 +120,7 @@ fn decision_name(a: &AcquireResponse) -> &'static str {
         AcquireResponse::PreviousFailed => "previous_failed",
         AcquireResponse::OutcomeUnknown => "outcome_unknown",
         AcquireResponse::NotKept { .. } => "not_kept",
+        AcquireResponse::Released { .. } => "released",
     }
 }
 
@@ -114,6 +141,14 @@ fn plan(req: &AcquireRequest) -> Result<RoutePlan, ApiError> {
         MAX_RECORD_TTL_MS,
         defaults.record_ttl,
     )?;
+    let wait = match req.wait_ms {
+        None | Some(0) => None,
+        Some(ms) if ms <= MAX_WAIT_MS => Some(Duration::from_millis(ms)),
+        Some(ms) => {
+            let why = format!("must be between 0 and {MAX_WAIT_MS} ms, got {ms}");
+            return Err(ApiError::invalid("wait_ms", why));
+        }
+    };
     Ok(RoutePlan {
         lease_ttl,
         record_ttl,
@@ -127,7 +162,11 @@ fn plan(req: &AcquireRequest) -> Result<RoutePlan, ApiError> {
         // A record whose lease is unreadable blocks for the longest lease anyone may hold,
         // never less.
         max_lease: Duration::from_millis(MAX_LEASE_TTL_MS),
-        ..defaults
+        on_in_flight: match wait {
+            Some(_) => InFlightPolicy::Wait,
+            None => InFlightPolicy::Conflict,
+        },
+        max_wait: wait.unwrap_or(defaults.max_wait),
     })
 }
 

@@ -129,6 +129,8 @@ pub async fn release<St: IdempotencyStore>(
 ) -> Result<Json<OutcomeResponse>, ApiError> {
     let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
     s.call(s.lifecycle.store().release(&lease)).await?;
+    // Callers waiting on the key (`wait_ms`): one acquires it.
+    s.lifecycle.outcome_landed(&lease, Some((503, None))).await;
     Ok(landed("released", false))
 }
 
@@ -146,7 +148,10 @@ impl<St: IdempotencyStore> KeyService<St> {
     ) -> Result<Json<OutcomeResponse>, ApiError> {
         let name = state.as_str();
         match written {
-            Ok(()) => return Ok(landed(name, false)),
+            Ok(()) => {
+                self.lifecycle.outcome_landed(lease, None).await;
+                return Ok(landed(name, false));
+            }
             Err(StoreError::LeaseLost) => {}
             Err(e) => return Err(store_error(e)),
         }

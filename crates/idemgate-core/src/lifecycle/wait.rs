@@ -69,16 +69,37 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     where
         F: Future<Output = Option<Fingerprint>>,
     {
-        let mut begun = self
+        let begun = self
             .begin_after(acquire, key, fingerprint, plan, &refingerprint)
             .await;
         if !plan.waits() || !matches!(begun, Begin::Answer(Answer::InFlight { .. })) {
             return begun;
         }
+        self.wait_in_flight(key, fingerprint, plan, refingerprint, gone)
+            .await
+    }
+
+    /// After an acquire of `key` answered [`Answer::InFlight`]: waits for its outcome up to
+    /// `plan.max_wait`, as the module says (whatever `plan.on_in_flight`), and answers what
+    /// a retry after it would, or [`Begin::Run`] when this caller acquired a released key.
+    /// `gone` is as for [`Lifecycle::begin_waiting`].
+    pub async fn wait_in_flight<F>(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        refingerprint: impl Fn(u16) -> F,
+        gone: impl Future<Output = ()>,
+    ) -> Begin
+    where
+        F: Future<Output = Option<Fingerprint>>,
+    {
         let started = Instant::now();
         let Some(place) = self.join(key) else {
             metrics::counter!("idempotency_waits_total", "outcome" => "refused").increment(1);
-            return begun;
+            return Begin::Answer(Answer::InFlight {
+                retry_after_ms: 1000,
+            });
         };
         let mut wait = Wait {
             place,
@@ -92,7 +113,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             let waited = wait
                 .until_settled(key, fingerprint, plan, &refingerprint, gone.as_mut())
                 .await;
-            begun = match waited {
+            let begun = match waited {
                 Waited::Answer(answer) => break Begin::Answer(answer),
                 Waited::Acquire => self.begin(key, fingerprint, plan, &refingerprint).await,
             };
@@ -134,6 +155,34 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             tokio::spawn(async move { store.listen(sink).await });
         }
         Some(place)
+    }
+
+    /// For front doors that write outcomes to the store themselves (the key service's
+    /// `complete`, `fail` and `release`): tells the waiters of `lease`'s key that its outcome
+    /// landed, in this process and in others that use the store
+    /// ([`IdempotencyStore::announce`]: one more store call where the store has events).
+    /// `released`: the key was released, with the status and `Retry-After` (ms) its caller
+    /// answered.
+    pub async fn outcome_landed(
+        &self,
+        lease: &crate::record::Lease,
+        released: Option<(u16, Option<u64>)>,
+    ) {
+        let kind = match released {
+            Some((status, retry_after_ms)) => {
+                crate::events::EventKind::Released(crate::events::Released {
+                    lease: crate::events::Released::lease_id(lease),
+                    status,
+                    retry_after_ms,
+                })
+            }
+            None => crate::events::EventKind::Written,
+        };
+        let event = KeyEvent {
+            key: KeyId::of(&lease.key),
+            kind,
+        };
+        self.announce(event, true).await;
     }
 
     /// Tells the waiters of `event`'s key, in this process and (when `others`) in others.

@@ -321,3 +321,40 @@ def test_openapi_document_is_served_without_a_token():
     assert doc["openapi"].startswith("3.1")
     assert "/v1/acquire" in doc["paths"]
     assert json.dumps(doc)  # plain JSON
+
+
+def test_an_acquire_with_wait_ms_waits_for_the_outcome_and_gets_the_replay():
+    key = new_key()
+    lease = acquire(key)["lease"]
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        waiting = [pool.submit(acquire, key, wait_ms=5000) for _ in range(10)]
+        time.sleep(0.5)
+        assert not any(w.done() for w in waiting), "they wait"
+        assert call("/v1/complete", held(key, lease, response=RESPONSE)).status_code == 200
+        answers = [w.result(timeout=10) for w in waiting]
+    assert all(a["decision"] == "replay" and a["response"] == RESPONSE for a in answers), answers
+
+
+def test_a_release_while_callers_wait_gives_the_key_to_exactly_one():
+    key = new_key()
+    lease = acquire(key)["lease"]
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        waiting = [pool.submit(acquire, key, wait_ms=3000) for _ in range(10)]
+        time.sleep(0.5)
+        assert call("/v1/release", held(key, lease)).status_code == 200
+        answers = [w.result(timeout=10) for w in waiting]
+    runs = [a for a in answers if a["decision"] == "run"]
+    assert len(runs) == 1, answers
+    # The others wait on that run; it never ends within their wait.
+    assert all(a["decision"] == "in_flight" for a in answers if a not in runs), answers
+
+
+def test_a_wait_ends_with_in_flight_and_wait_ms_is_bounded():
+    key = new_key()
+    assert acquire(key)["decision"] == "run"
+    started = time.monotonic()
+    assert acquire(key, wait_ms=700)["decision"] == "in_flight"
+    assert time.monotonic() - started >= 0.6
+    body = {"scope": SCOPE, "principal": "user-42", "key": key, "fingerprint": "fp-1"}
+    problem(call("/v1/acquire", dict(body, wait_ms=60001)), 400, "invalid-request")
+    assert acquire(key, wait_ms=0)["decision"] == "in_flight"
