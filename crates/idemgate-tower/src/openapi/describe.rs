@@ -173,6 +173,10 @@ pub(super) fn problems(
         ]);
     }
     kinds.push(problem::STORE_UNAVAILABLE);
+    if route.plan().waits() {
+        // Answers with the status the first request got; 503 is the usual one.
+        kinds.push(problem::PREVIOUS_ATTEMPT_RELEASED);
+    }
     // A mismatch answers with the route's status.
     let mismatch = (
         route.mismatch_status.as_u16(),
@@ -207,7 +211,7 @@ fn status_note(status: u16) -> &'static str {
     match status {
         400 => "The request was refused before it ran; fix it before sending it again.",
         401 => "No caller (principal) to scope the key to, or a refused bearer token; nothing ran.",
-        409 => "The first request with this key is still running; nothing new ran. Retry with the same key after `Retry-After`.",
+        409 => "The first request with this key is still running; nothing new ran. Retry with the same key after `Retry-After`. On a route whose `x-idempotency.onInFlight` is `wait`, a duplicate first waits up to `maxWaitSeconds` for the first's outcome and gets what a retry after it would; `409` only when that wait ends.",
         410 => "The operation ran once but its response was not stored; fetch the result instead of retrying.",
         413 => "The body is larger than the route accepts; nothing ran.",
         422 => "The key was already used with a different request (a client bug); nothing new ran.",
@@ -236,6 +240,7 @@ pub(super) fn problem_response(policy: &Policy, status: u16, anchors: &[&str]) -
         .build();
     let waits = [
         "request-in-flight",
+        "previous-attempt-released",
         "store-unavailable",
         "principal-limited",
     ];
@@ -288,6 +293,11 @@ pub(super) fn extension(policy: &Policy, route: &RoutePolicy, template: Option<&
             "mismatchStatus": route.mismatch_status.as_u16()
         },
         "retryFailed": route.retry_failed,
+        "onInFlight": match route.plan().waits() {
+            true => "wait",
+            false => "conflict",
+        },
+        "maxWaitSeconds": route.plan().waits().then_some(route.max_wait.as_secs_f64()),
         "leaseTtlSeconds": route.lease_ttl.as_secs_f64(),
         "maxBodyBytes": route.max_body_bytes
     })

@@ -52,6 +52,33 @@ fn fragment_describes_every_route() {
 }
 
 #[test]
+fn a_route_whose_duplicates_wait_says_so() {
+    let waiting = RoutePolicy::default()
+        .with_on_in_flight(idemgate_core::lifecycle::InFlightPolicy::Wait)
+        .with_max_wait(std::time::Duration::from_secs(5));
+    let policy = policy().with_route("POST /orders", waiting).unwrap();
+    let doc = json(&Contract::new(&policy).fragment());
+    let released = serde_json::Value::from("urn:idemgate:problem:previous-attempt-released");
+    let types = |op: &serde_json::Value| {
+        op["responses"]["503"]["content"]["application/problem+json"]["schema"]["allOf"][1]
+            ["properties"]["type"]["enum"]
+            .clone()
+    };
+    let orders = &doc["paths"]["/orders"]["post"];
+    assert_eq!(orders["x-idempotency"]["onInFlight"], "wait");
+    assert_eq!(orders["x-idempotency"]["maxWaitSeconds"], 5.0);
+    assert!(types(orders).as_array().unwrap().contains(&released));
+    assert!(orders["responses"]["409"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("maxWaitSeconds"));
+    let payments = &doc["paths"]["/payments"]["post"];
+    assert_eq!(payments["x-idempotency"]["onInFlight"], "conflict");
+    assert!(payments["x-idempotency"]["maxWaitSeconds"].is_null());
+    assert!(!types(payments).as_array().unwrap().contains(&released));
+}
+
+#[test]
 fn merge_keeps_the_rest_and_reports_unmatched_routes() {
     let policy = policy();
     let mut doc: Doc = serde_json::from_str(
