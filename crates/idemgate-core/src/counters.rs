@@ -94,9 +94,22 @@ pub const OUTCOME_ABANDONED: &str = "idempotency_outcome_abandoned_total";
 
 /// Every value of the `reason` label of [`OUTCOME_ABANDONED`].
 pub const ABANDONED_REASONS: [&str; 2] = ["ttl", "shutdown"];
+/// Waits of duplicates on in-flight keys, by `outcome` ([`WAIT_OUTCOMES`]).
+pub const WAITS: &str = "idempotency_waits_total";
+/// Every value of the `outcome` label of [`WAITS`]: the waiter ran the released key, got
+/// the replay, the released status, another answer (failed, unknown, not kept, ...), `409`
+/// when the wait ended (or the record vanished), or was refused at once (`max_waiters`).
+pub const WAIT_OUTCOMES: [&str; 6] = [
+    "run",
+    "replay",
+    "released",
+    "answered",
+    "in_flight",
+    "refused",
+];
 
 /// The counters of the core lifecycle.
-pub const LIFECYCLE_COUNTERS: [CounterSpec; 7] = [
+pub const LIFECYCLE_COUNTERS: [CounterSpec; 8] = [
     CounterSpec {
         name: TAKEOVERS,
         help: "Expired leases taken over by a retry (routes with lease_expired = \"takeover\"); the operation runs again.",
@@ -125,6 +138,10 @@ pub const LIFECYCLE_COUNTERS: [CounterSpec; 7] = [
         name: "idempotency_reclaimed_total",
         help: "Records of inserts whose answer was lost, released again.",
     },
+    CounterSpec {
+        name: WAITS,
+        help: "Waits of duplicates on in-flight keys (on_in_flight = \"wait\"), by outcome.",
+    },
 ];
 
 /// Every series of [`LIFECYCLE_COUNTERS`] for a lifecycle on a store whose
@@ -136,6 +153,7 @@ pub fn lifecycle_series(backend: &'static str) -> Vec<Series> {
         match counter.name {
             RECORD_CORRUPT => series.push(s.with("backend", backend)),
             OUTCOME_ABANDONED => series.extend(s.each("reason", &ABANDONED_REASONS)),
+            WAITS => series.extend(s.each("outcome", &WAIT_OUTCOMES)),
             _ => series.push(s),
         }
     }
@@ -149,7 +167,7 @@ mod tests {
     #[test]
     fn every_lifecycle_counter_has_its_series() {
         let series = lifecycle_series("memory");
-        assert_eq!(series.len(), LIFECYCLE_COUNTERS.len() + 1, "{series:?}");
+        assert_eq!(series.len(), LIFECYCLE_COUNTERS.len() + 6, "{series:?}");
         let corrupt = Series::new(RECORD_CORRUPT).with("backend", "memory");
         assert!(series.contains(&corrupt));
         for reason in ABANDONED_REASONS {

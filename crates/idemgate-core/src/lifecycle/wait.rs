@@ -96,7 +96,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     {
         let started = Instant::now();
         let Some(place) = self.join(key) else {
-            metrics::counter!("idempotency_waits_total", "outcome" => "refused").increment(1);
+            metrics::counter!(crate::counters::WAITS, "outcome" => "refused").increment(1);
             return Begin::Answer(Answer::InFlight {
                 retry_after_ms: 1000,
             });
@@ -131,7 +131,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             Begin::Answer(Answer::Released { .. }) => "released",
             Begin::Answer(_) => "answered",
         };
-        metrics::counter!("idempotency_waits_total", "outcome" => outcome).increment(1);
+        metrics::counter!(crate::counters::WAITS, "outcome" => outcome).increment(1);
         metrics::histogram!("idempotency_wait_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         begun
