@@ -72,7 +72,7 @@ pub async fn acquire<St: IdempotencyStore>(
         Begin::Answer(Answer::InFlight { .. }) if plan.waits() => {
             let gone = std::future::pending();
             s.lifecycle
-                .wait_in_flight(&key, current, &plan, refingerprint, gone)
+                .wait_in_flight(&key, current, &plan, refingerprint, (gone, |_| {}))
                 .await
         }
         begin => begin,

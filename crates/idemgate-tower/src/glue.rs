@@ -102,10 +102,20 @@ pub(crate) async fn run<S, St, ResB>(
     let (scope, plan) = (&covered.scope, rp.plan());
     let refingerprint = |version| covered.job.clone().run(version).map(Result::ok);
     // A duplicate that waits (`on_in_flight = "wait"`) stops when its client leaves.
+    // While it waits it holds no per-principal in-flight slot; it takes one to run.
     let gone = reply.closed();
+    let ticket = &mut covered.ticket;
+    let waiting = |w| ticket.waiting(w);
     let fingerprint = covered.fingerprint;
     let begun = lifecycle
-        .begin_waiting(acquire, scope, fingerprint, &plan, refingerprint, gone)
+        .begin_waiting(
+            acquire,
+            scope,
+            fingerprint,
+            &plan,
+            refingerprint,
+            (gone, waiting),
+        )
         .await;
     let answer = match begun {
         Begin::Run(holder) => {

@@ -56,7 +56,9 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     /// ([`RoutePlan::waits`]) and while the key is in flight, waits for its outcome as the
     /// module says, up to `plan.max_wait`. `gone` completes when nobody awaits the answer
     /// any more (the client left): the wait then ends at once with [`Answer::InFlight`].
-    /// Only the waiting is cut short by `gone`, never an acquire.
+    /// Only the waiting is cut short by `gone`, never an acquire. `waiting(true)` is called
+    /// when the wait starts, `waiting(false)` before the waiter acquires a released key (a
+    /// front door's per-caller in-flight count leaves out waiters).
     pub async fn begin_waiting<F>(
         &self,
         acquire: Acquire,
@@ -64,7 +66,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         fingerprint: Fingerprint,
         plan: &RoutePlan,
         refingerprint: impl Fn(u16) -> F,
-        gone: impl Future<Output = ()>,
+        (gone, waiting): (impl Future<Output = ()>, impl FnMut(bool)),
     ) -> Begin
     where
         F: Future<Output = Option<Fingerprint>>,
@@ -75,21 +77,21 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         if !plan.waits() || !matches!(begun, Begin::Answer(Answer::InFlight { .. })) {
             return begun;
         }
-        self.wait_in_flight(key, fingerprint, plan, refingerprint, gone)
+        self.wait_in_flight(key, fingerprint, plan, refingerprint, (gone, waiting))
             .await
     }
 
     /// After an acquire of `key` answered [`Answer::InFlight`]: waits for its outcome up to
     /// `plan.max_wait`, as the module says (whatever `plan.on_in_flight`), and answers what
     /// a retry after it would, or [`Begin::Run`] when this caller acquired a released key.
-    /// `gone` is as for [`Lifecycle::begin_waiting`].
+    /// `gone` and `waiting` are as for [`Lifecycle::begin_waiting`].
     pub async fn wait_in_flight<F>(
         &self,
         key: &ScopedKey,
         fingerprint: Fingerprint,
         plan: &RoutePlan,
         refingerprint: impl Fn(u16) -> F,
-        gone: impl Future<Output = ()>,
+        (gone, mut waiting): (impl Future<Output = ()>, impl FnMut(bool)),
     ) -> Begin
     where
         F: Future<Output = Option<Fingerprint>>,
@@ -109,13 +111,19 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         };
         wait.releases_seen = wait.last_release();
         let mut gone = std::pin::pin!(gone);
+        waiting(true);
         let begun = loop {
             let waited = wait
                 .until_settled(key, fingerprint, plan, &refingerprint, gone.as_mut())
                 .await;
             let begun = match waited {
                 Waited::Answer(answer) => break Begin::Answer(answer),
-                Waited::Acquire => self.begin(key, fingerprint, plan, &refingerprint).await,
+                Waited::Acquire => {
+                    waiting(false);
+                    let begun = self.begin(key, fingerprint, plan, &refingerprint).await;
+                    waiting(!matches!(begun, Begin::Run(_)));
+                    begun
+                }
             };
             // Lost the acquire of a released key to another: wait for that run.
             if !matches!(begun, Begin::Answer(Answer::InFlight { .. }))

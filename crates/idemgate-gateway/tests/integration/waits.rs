@@ -228,3 +228,30 @@ impl Drop for OnDrop {
         });
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_duplicate_holds_no_per_principal_in_flight_slot() {
+    let up = upstream().await;
+    let (gw, _dir) = waiting_gateway(&up, |c| {
+        c.defaults.set("max_in_flight_per_principal", 2);
+    })
+    .await;
+    let k = key();
+    let path = "/payments?delay_ms=1500";
+    let first = tokio::spawn(post(&gw.base, path, Some(&k), "{\"amount\":1}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (base, k2) = (gw.base.clone(), k.clone());
+    let waiting = tokio::spawn(async move { duplicates(&base, path, &k2, 3).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first holds one slot, its three waiting duplicates none: another key runs.
+    let other = post(&gw.base, "/payments", Some(&key()), "{\"amount\":2}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 201, "{}", other.text().await.unwrap());
+    assert_eq!(first.await.unwrap().unwrap().status(), 201);
+    for (status, replayed, body) in waiting.await.unwrap() {
+        assert_eq!((status, replayed), (201, true), "{body}");
+    }
+    assert_eq!(up.count(), 2);
+}

@@ -155,6 +155,7 @@ impl Limiter {
             limiter,
             key,
             token: verdict?,
+            waiting: false,
         });
         Ok(Ticket { held })
     }
@@ -164,6 +165,18 @@ impl Limiter {
         if let Some(e) = self.lock().entries.get_mut(key) {
             e.tat = e.tat.checked_sub(interval).unwrap_or(e.tat);
         }
+    }
+
+    /// Takes an in-flight slot of `key` again (a waiter about to run a released key), over
+    /// the limit if need be: the request was admitted once.
+    fn hold(&self, key: &Arc<str>) {
+        let now = Instant::now();
+        let mut table = self.lock();
+        let entry = table.entries.entry(key.clone()).or_insert(Entry {
+            in_flight: 0,
+            tat: now,
+        });
+        entry.in_flight += 1;
     }
 
     /// Ends one request of `key`; forgets the pair if it is idle.
@@ -241,6 +254,8 @@ struct Held {
     key: Arc<str>,
     /// The token's interval, while the token is taken.
     token: Option<Duration>,
+    /// The request waits on another's key ([`Ticket::waiting`]): its slot is given back.
+    waiting: bool,
 }
 
 impl Ticket {
@@ -259,9 +274,25 @@ impl Ticket {
     }
 }
 
+impl Ticket {
+    /// `true`: the request now waits for another request with its key (it runs nothing, so
+    /// it gives its in-flight slot back); `false`: it is about to run a released key, and
+    /// takes a slot again.
+    pub(crate) fn waiting(&mut self, waiting: bool) {
+        let Some(held) = &mut self.held else { return };
+        if std::mem::replace(&mut held.waiting, waiting) == waiting {
+            return;
+        }
+        match waiting {
+            true => held.limiter.release(&held.key),
+            false => held.limiter.hold(&held.key),
+        }
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if let Some(held) = &self.held {
+        if let Some(held) = self.held.as_ref().filter(|h| !h.waiting) {
             held.limiter.release(&held.key);
         }
     }

@@ -43,8 +43,15 @@ fn duplicates(
                 Peek::Answer(a) => return Begin::Answer(a),
             };
             let gone = std::future::pending();
-            e.begin_waiting(acquire, &key, fp(1), &plan, |_| async { None }, gone)
-                .await
+            e.begin_waiting(
+                acquire,
+                &key,
+                fp(1),
+                &plan,
+                |_| async { None },
+                (gone, |_| {}),
+            )
+            .await
         });
     }
     set
@@ -227,7 +234,7 @@ async fn a_waiter_whose_client_left_stops_at_once() {
                 panic!()
             };
             let gone = async move { drop(gone.await) };
-            e.begin_waiting(a, &key, fp(1), &plan, |_| async { None }, gone)
+            e.begin_waiting(a, &key, fp(1), &plan, |_| async { None }, (gone, |_| {}))
                 .await
         }
     });
