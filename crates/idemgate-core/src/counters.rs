@@ -98,14 +98,16 @@ pub const ABANDONED_REASONS: [&str; 2] = ["ttl", "shutdown"];
 pub const WAITS: &str = "idempotency_waits_total";
 /// Every value of the `outcome` label of [`WAITS`]: the waiter ran the released key, got
 /// the replay, the released status, another answer (failed, unknown, not kept, ...), `409`
-/// when the wait ended (or the record vanished), or was refused at once (`max_waiters`).
-pub const WAIT_OUTCOMES: [&str; 6] = [
+/// when the wait ended (or the record vanished), was refused at once (`max_waiters`), or
+/// its client left.
+pub const WAIT_OUTCOMES: [&str; 7] = [
     "run",
     "replay",
     "released",
     "answered",
     "in_flight",
     "refused",
+    "left",
 ];
 
 /// The counters of the core lifecycle.
@@ -167,7 +169,7 @@ mod tests {
     #[test]
     fn every_lifecycle_counter_has_its_series() {
         let series = lifecycle_series("memory");
-        assert_eq!(series.len(), LIFECYCLE_COUNTERS.len() + 6, "{series:?}");
+        assert_eq!(series.len(), LIFECYCLE_COUNTERS.len() + 7, "{series:?}");
         let corrupt = Series::new(RECORD_CORRUPT).with("backend", "memory");
         assert!(series.contains(&corrupt));
         for reason in ABANDONED_REASONS {

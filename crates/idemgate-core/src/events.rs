@@ -18,7 +18,7 @@ use std::sync::{Arc, Weak};
 use sha2::{Digest, Sha256};
 
 use crate::lifecycle::Waiters;
-use crate::record::{Lease, ScopedKey};
+use crate::record::{Lease, LeaseToken, ScopedKey};
 
 /// A record's identity in events: the first 16 bytes of SHA-256 over the principal, the
 /// route and the key, each followed by a NUL byte.
@@ -62,9 +62,14 @@ impl Released {
     /// The id of `lease` in events: the first 8 bytes of SHA-256 over its token and fence
     /// (never the token itself, which proves ownership).
     pub fn lease_id(lease: &Lease) -> u64 {
+        Self::lease_id_of(lease.token, lease.fence)
+    }
+
+    /// [`Released::lease_id`] of the lease with `token` and `fence` (a record's).
+    pub fn lease_id_of(token: LeaseToken, fence: i64) -> u64 {
         let mut h = Sha256::new();
-        h.update(lease.token.0.to_le_bytes());
-        h.update(lease.fence.to_le_bytes());
+        h.update(token.0.to_le_bytes());
+        h.update(fence.to_le_bytes());
         let digest = h.finalize();
         u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
     }

@@ -54,6 +54,12 @@ pub trait Service: Send {
     fn files_per_connection(&self) -> usize {
         1
     }
+
+    /// What to do the moment shutdown begins, before the connections finish their requests
+    /// (the gateway ends its duplicates' waits: they answer `409` at once). Default: nothing.
+    fn on_stop(&self) -> impl FnOnce() + Send + 'static {
+        || {}
+    }
 }
 
 /// A router alone: answers until shutdown, nothing to drain.
@@ -221,6 +227,11 @@ impl Host {
     pub async fn run(self, listener: TcpListener, service: impl Service) -> anyhow::Result<()> {
         let max = self.limits.max_connections;
         crate::connections::check_file_limit(max, service.files_per_connection());
+        let (stop, on_stop) = (self.stopped(), service.on_stop());
+        tokio::spawn(async move {
+            stop.await;
+            on_stop();
+        });
         let counted = Counting::new(listener, SERVICE, max);
         let listener = LingerListener::new(counted, Linger::default());
         let conf = Listening::new(SERVICE, self.limits, &self.type_base);

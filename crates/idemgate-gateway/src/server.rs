@@ -137,6 +137,13 @@ impl Service for Gateway {
         2
     }
 
+    /// Duplicates waiting for another request's outcome answer `409` at once: shutdown does
+    /// not wait out their `max_wait`, and none of them starts a run.
+    fn on_stop(&self) -> impl FnOnce() + Send + 'static {
+        let layer = self.layer.clone();
+        move || layer.end_waits()
+    }
+
     async fn drain(self) {
         let longest = *self
             .longest_timeout

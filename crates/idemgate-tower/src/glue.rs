@@ -274,14 +274,35 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
 }
 
 /// The release of a response's key, with what its client gets: its status and its
-/// `Retry-After` in seconds (RFC 9110 section 10.2.3; an HTTP-date is not read).
+/// `Retry-After` ([`retry_after_ms`]).
 fn released(parts: &Parts) -> Outcome {
     let retry_after = parts.headers.get(http::header::RETRY_AFTER);
-    let secs = retry_after.and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     Outcome::Release {
         status: parts.status.as_u16(),
-        retry_after_ms: secs.map(|s| s.saturating_mul(1000)),
+        retry_after_ms: retry_after.and_then(|v| retry_after_ms(v.as_bytes())),
     }
+}
+
+/// Longest `Retry-After` kept, in ms (a day): waiting duplicates answer a longer one at once,
+/// since no `max_wait` reaches it.
+const MAX_RETRY_AFTER_MS: u64 = 24 * 3_600_000;
+
+/// A `Retry-After` value (RFC 9110 section 10.2.3) in ms from now, at most a day: delay
+/// seconds (digits only; more than a day, or too many to count, is a day) or an HTTP-date (a
+/// date past is 0). `None` for anything else, which the RFC leaves undefined.
+pub(crate) fn retry_after_ms(value: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        let ms = text
+            .parse::<u64>()
+            .map_or(u64::MAX, |s| s.saturating_mul(1000));
+        return Some(ms.min(MAX_RETRY_AFTER_MS));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    let left = at
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    Some((left.as_millis() as u64).min(MAX_RETRY_AFTER_MS))
 }
 
 /// The outcome for a response the client gets whole: completed with `response` if a store

@@ -114,9 +114,18 @@ impl<St> IdempotencyLayer<St> {
     /// # Cancel safety
     /// Cancel safe: dropping the future stops the waiting, never the tasks.
     pub async fn drain(&self) {
+        self.end_waits();
         self.ctx.tasks.close();
         self.ctx.tasks.wait().await;
         self.ctx.tasks.reopen();
+    }
+
+    /// Ends the waits of duplicates under way (`on_in_flight = "wait"`): they answer `409`
+    /// at once, and none of them starts a run. For shutdown: call it when the server stops
+    /// accepting requests ([`IdempotencyLayer::drain`] calls it too). Waits that begin
+    /// afterwards are not ended.
+    pub fn end_waits(&self) {
+        self.ctx.lifecycle.end_waits();
     }
 
     /// Wraps `inner` in the middleware ([`Layer::layer`]), after registering every counter

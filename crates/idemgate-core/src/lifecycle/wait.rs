@@ -25,19 +25,20 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::peek::{fingerprint_as, settled, Acquire};
+use super::peek::Acquire;
 use super::{Answer, Begin, Lifecycle, RoutePlan};
-use crate::engine::{decide, Decision};
 use crate::events::{EventSink, KeyEvent, KeyId};
 use crate::fingerprint::Fingerprint;
 use crate::record::ScopedKey;
 use crate::store::IdempotencyStore;
 
 mod registry;
+mod waiter;
 mod watcher;
 
+use registry::Place;
 pub(crate) use registry::Waiters;
-use registry::{Place, Read};
+use waiter::Wait;
 
 /// How long a record that vanished is given for its release's event to arrive (it may
 /// follow the delete by a store round trip, or a notification's delivery) before the
@@ -47,8 +48,10 @@ const GONE_GRACE: Duration = Duration::from_millis(1000);
 /// What one stretch of waiting came to.
 enum Waited {
     Answer(Answer),
-    /// Acquire the key as a retry would (released, or a lapsed lease the route takes over).
+    /// Acquire the released key (this process's claim of the release).
     Acquire,
+    /// Take over a lapsed lease, as a retry would on a route that takes over.
+    TakeOver,
 }
 
 impl<St: IdempotencyStore> Lifecycle<St> {
@@ -103,13 +106,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                 retry_after_ms: 1000,
             });
         };
-        let mut wait = Wait {
-            place,
-            deadline: started + plan.max_wait,
-            tried: false,
-            releases_seen: 0,
-        };
-        wait.releases_seen = wait.last_release();
+        let mut wait = Wait::new(place, started + plan.max_wait);
         let mut gone = std::pin::pin!(gone);
         waiting(true);
         let begun = loop {
@@ -120,19 +117,30 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                 Waited::Answer(answer) => break Begin::Answer(answer),
                 Waited::Acquire => {
                     waiting(false);
+                    let begun = self
+                        .acquire_for(key, fingerprint, plan, &refingerprint)
+                        .await;
+                    waiting(!matches!(begun, Begin::Run(_)));
+                    begun
+                }
+                Waited::TakeOver => {
+                    waiting(false);
                     let begun = self.begin(key, fingerprint, plan, &refingerprint).await;
                     waiting(!matches!(begun, Begin::Run(_)));
                     begun
                 }
             };
-            // Lost the acquire of a released key to another: wait for that run.
+            // Lost the acquire to another's run: wait on that run.
             if !matches!(begun, Begin::Answer(Answer::InFlight { .. }))
                 || Instant::now() >= wait.deadline
             {
                 break begun;
             }
+            wait.lost_acquire();
+            wait.place.slot.poke.notify_one();
         };
         let outcome = match &begun {
+            _ if wait.left => "left",
             Begin::Run(_) => "run",
             Begin::Answer(Answer::InFlight { .. }) => "in_flight",
             Begin::Answer(Answer::Replay(_)) => "replay",
@@ -143,6 +151,27 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         metrics::histogram!("idempotency_wait_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         begun
+    }
+
+    /// The acquire of a released key by the waiter that claimed it: first a read, so a key
+    /// another process ran again since (its release's event may still be on its way) is
+    /// waited on rather than inserted a second time; then the insert-or-get of a new key.
+    async fn acquire_for<F>(
+        &self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        refingerprint: &impl Fn(u16) -> F,
+    ) -> Begin
+    where
+        F: Future<Output = Option<Fingerprint>>,
+    {
+        match self.timed("wait_read", self.store.get(key)).await {
+            Ok(None) => self.begin(key, fingerprint, plan, refingerprint).await,
+            Ok(Some(_)) | Err(_) => Begin::Answer(Answer::InFlight {
+                retry_after_ms: 1000,
+            }),
+        }
     }
 
     /// A place among the waiters of `key`, its watcher started with the slot, and the
@@ -203,93 +232,18 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             }
         }
     }
+}
+
+impl<St> Lifecycle<St> {
+    /// Ends every wait under way in this process with [`Answer::InFlight`] (`409`), for a
+    /// process that stops: its drain then does not wait up to `max_wait`, and no waiter
+    /// starts a run. Waits that begin afterwards are not ended.
+    pub fn end_waits(&self) {
+        self.waiters.end_waits();
+    }
 
     /// Duplicates waiting in this process, on every key.
     pub fn waiters(&self) -> usize {
         self.waiters.count()
-    }
-}
-
-/// One waiter's state.
-struct Wait {
-    place: Place,
-    deadline: Instant,
-    /// This wait acquired a released key once already.
-    tried: bool,
-    /// The number of the last release this waiter acted on (or that predates it).
-    releases_seen: u64,
-}
-
-impl Wait {
-    fn last_release(&self) -> u64 {
-        self.place.seen.borrow().released.map_or(0, |(n, _)| n)
-    }
-
-    /// Waits until the key's record settles the request, or says to acquire it.
-    async fn until_settled<F>(
-        &mut self,
-        key: &ScopedKey,
-        fingerprint: Fingerprint,
-        plan: &RoutePlan,
-        refingerprint: &impl Fn(u16) -> F,
-        mut gone: std::pin::Pin<&mut impl Future<Output = ()>>,
-    ) -> Waited
-    where
-        F: Future<Output = Option<Fingerprint>>,
-    {
-        let in_flight = Waited::Answer(Answer::InFlight {
-            retry_after_ms: 1000,
-        });
-        let mut vanished: Option<Instant> = None;
-        loop {
-            let grace_end =
-                vanished.map_or(self.deadline, |at| (at + GONE_GRACE).min(self.deadline));
-            tokio::select! {
-                changed = self.place.seen.changed() => if changed.is_err() { return in_flight },
-                _ = tokio::time::sleep_until(grace_end) => return in_flight,
-                _ = gone.as_mut() => return in_flight,
-            }
-            let now_seen = self.place.seen.borrow_and_update().clone();
-            if let Some((n, released)) = now_seen.released.filter(|(n, _)| *n > self.releases_seen)
-            {
-                self.releases_seen = n;
-                let answer = Waited::Answer(Answer::Released {
-                    status: released.status,
-                    retry_after_ms: released.retry_after_ms,
-                });
-                if std::mem::replace(&mut self.tried, true) {
-                    return answer;
-                }
-                let at =
-                    Instant::now() + Duration::from_millis(released.retry_after_ms.unwrap_or(0));
-                if at > self.deadline {
-                    return answer;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at) => return Waited::Acquire,
-                    _ = gone.as_mut() => return in_flight,
-                }
-            }
-            let (record, now) = match now_seen.read {
-                Read::Pending => continue,
-                Read::Gone => {
-                    vanished.get_or_insert_with(Instant::now);
-                    continue;
-                }
-                Read::Record(record, now) => (record, now),
-            };
-            vanished = None;
-            let fp = fingerprint_as(&record, fingerprint, refingerprint).await;
-            match decide(Some(&record), &fp, now, plan) {
-                Decision::InFlight { .. } => continue,
-                Decision::Takeover => return Waited::Acquire,
-                // Expired by its TTL while waited on: vanished without a release.
-                Decision::Insert => return in_flight,
-                decision => match settled(key, (*record).clone(), decision) {
-                    Some(answer) => return Waited::Answer(answer),
-                    None => return in_flight,
-                },
-            }
-        }
     }
 }

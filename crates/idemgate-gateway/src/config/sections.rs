@@ -225,10 +225,22 @@ impl Config {
     }
 }
 
-/// A duplicate may not wait past `upstream_timeout`: the run it waits for ends by then.
+/// The shortest `max_wait` of a route whose duplicates wait (a shorter one is no wait).
+const MIN_WAIT: Duration = Duration::from_millis(100);
+
+/// A duplicate may not wait past `upstream_timeout` (the run it waits for ends by then), nor
+/// less than [`MIN_WAIT`].
 fn wait_bounds(policy: &Policy, upstream_timeout: Duration, errs: &mut Vec<String>) {
     let routes = std::iter::once(("[defaults]", policy.default_route())).chain(policy.routes());
     for (route, rp) in routes {
+        let waits = rp.on_in_flight == idemgate_core::lifecycle::InFlightPolicy::Wait;
+        if waits && rp.max_wait < MIN_WAIT {
+            errs.push(format!(
+                "max_wait: {} on {route} is below {} with on_in_flight = \"wait\"",
+                humantime::format_duration(rp.max_wait),
+                humantime::format_duration(MIN_WAIT),
+            ));
+        }
         if rp.waits_longer_than(upstream_timeout) {
             errs.push(format!(
                 "max_wait: {} on {route} is above upstream_timeout ({}); a duplicate would wait past the run it waits for",

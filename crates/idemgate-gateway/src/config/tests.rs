@@ -378,6 +378,14 @@ fn a_wait_past_the_upstream_timeout_is_refused() {
         .validate()
         .unwrap();
     parse(&text.replace("6s", "5s")).validate().unwrap();
+    for short in ["0s", "1ns", "99ms"] {
+        let errs = parse(&text.replace("6s", short)).validate().unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("max_wait: ") && e.contains("below 100ms")),
+            "{short}: {errs:?}"
+        );
+    }
     let unknown = text.replace("\"wait\"", "\"sleep\"");
     let named = match toml::from_str::<Config>(&unknown) {
         Err(e) => e.to_string(),

@@ -35,3 +35,31 @@ fn what_a_store_cannot_keep_completes_as_not_replayable() {
     assert!(!unencodable.replayable);
     assert!(unencodable.headers.is_empty() && unencodable.body.is_empty());
 }
+
+#[test]
+fn retry_after_is_read_as_seconds_or_an_http_date_up_to_a_day() {
+    use super::retry_after_ms;
+    assert_eq!(retry_after_ms(b"0"), Some(0));
+    assert_eq!(retry_after_ms(b" 3 "), Some(3000));
+    assert_eq!(retry_after_ms(b"86400"), Some(86_400_000));
+    assert_eq!(retry_after_ms(b"86401"), Some(86_400_000));
+    assert_eq!(retry_after_ms(b"18446744073709551615"), Some(86_400_000));
+    assert_eq!(retry_after_ms(b"99999999999999999999999"), Some(86_400_000));
+    let in_an_hour = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    let date = httpdate::fmt_http_date(in_an_hour);
+    let ms = retry_after_ms(date.as_bytes()).unwrap();
+    assert!((3_590_000..=3_600_000).contains(&ms), "{date}: {ms}");
+    assert_eq!(
+        retry_after_ms(b"Sun, 06 Nov 1994 08:49:37 GMT"),
+        Some(0),
+        "a date past"
+    );
+    for bad in [&b""[..], b"1.5", b"-5", b"3, 4", b"soon", b"\xff"] {
+        assert_eq!(
+            retry_after_ms(bad),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}

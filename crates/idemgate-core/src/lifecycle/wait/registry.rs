@@ -3,7 +3,7 @@
 //! slow poll), so a key costs the store one read per event whatever the number of waiters.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::{watch, Notify};
@@ -39,10 +39,20 @@ pub(super) struct Slot {
     pub(super) poke: Notify,
     /// Waiters of this key; the slot leaves the table with the last.
     waiters: AtomicUsize,
+    /// The number of the last release a waiter of this process claimed to acquire.
+    claimed: AtomicU64,
+}
+
+impl Slot {
+    /// True for the first waiter to claim release `n`: the one of this process that
+    /// acquires the released key; the others wait on its run.
+    pub(super) fn claim(&self, n: u64) -> bool {
+        self.claimed.fetch_max(n, Ordering::Relaxed) < n
+    }
 }
 
 /// The waiters of one process (see the module).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Waiters {
     slots: Mutex<HashMap<KeyId, Arc<Slot>>>,
     /// Waiters of every key.
@@ -51,6 +61,20 @@ pub(crate) struct Waiters {
     releases: AtomicUsize,
     /// Set once other processes' events are listened to (from the first waiter on).
     pub(super) listening: OnceLock<()>,
+    /// Grows by one on each [`Waiters::end_waits`]: waits that began before end.
+    closing: watch::Sender<u64>,
+}
+
+impl Default for Waiters {
+    fn default() -> Self {
+        Self {
+            slots: Mutex::default(),
+            count: AtomicUsize::new(0),
+            releases: AtomicUsize::new(0),
+            listening: OnceLock::new(),
+            closing: watch::Sender::new(0),
+        }
+    }
 }
 
 /// A waiter's place: counted until dropped.
@@ -61,6 +85,9 @@ pub(super) struct Place {
     pub(super) slot: Arc<Slot>,
     /// The slot's news, subscribed before the watcher's first read for this waiter.
     pub(super) seen: watch::Receiver<Seen>,
+    /// [`Waiters::end_waits`]'s generation, and its value when this wait began.
+    pub(super) closing: watch::Receiver<u64>,
+    pub(super) generation: u64,
 }
 
 impl Waiters {
@@ -72,7 +99,8 @@ impl Waiters {
             self.count.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        metrics::gauge!("idempotency_waiters").set((count + 1) as f64);
+        // Added to, not set: the gauge counts every lifecycle of the process.
+        metrics::gauge!("idempotency_waiters").increment(1.0);
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let mut new = false;
         let slot = slots.entry(key).or_insert_with(|| {
@@ -81,17 +109,22 @@ impl Waiters {
                 seen: watch::Sender::new(Seen::default()),
                 poke: Notify::new(),
                 waiters: AtomicUsize::new(0),
+                claimed: AtomicU64::new(0),
             })
         });
         slot.waiters.fetch_add(1, Ordering::Relaxed);
         let slot = slot.clone();
         drop(slots);
         let seen = slot.seen.subscribe();
+        let closing = self.closing.subscribe();
+        let generation = *closing.borrow();
         let place = Place {
             waiters: self.clone(),
             key,
             slot,
             seen,
+            closing,
+            generation,
         };
         Some((place, new))
     }
@@ -133,6 +166,12 @@ impl Waiters {
         }
     }
 
+    /// Ends every wait under way ([`Answer::InFlight`](crate::lifecycle::Answer::InFlight)):
+    /// the process stops. Waits that begin later are not ended.
+    pub(crate) fn end_waits(&self) {
+        self.closing.send_modify(|g| *g += 1);
+    }
+
     /// Waiters of every key.
     pub(crate) fn count(&self) -> usize {
         self.count.load(Ordering::Relaxed)
@@ -141,8 +180,8 @@ impl Waiters {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let left = self.waiters.count.fetch_sub(1, Ordering::Relaxed) - 1;
-        metrics::gauge!("idempotency_waiters").set(left as f64);
+        self.waiters.count.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!("idempotency_waiters").decrement(1.0);
         let mut slots = self.waiters.slots.lock().unwrap_or_else(|p| p.into_inner());
         if self.slot.waiters.fetch_sub(1, Ordering::Relaxed) == 1 {
             // The last: the slot leaves (its watcher stops when it sees no receiver).

@@ -41,7 +41,8 @@ pub(super) async fn watch<St: IdempotencyStore>(
             }
             Ok(None) => {
                 slot.seen.send_modify(|seen| seen.read = Read::Gone);
-                poll
+                // Gone: soon read again, for the run that may follow a release.
+                RETRY
             }
             Err(e) => {
                 tracing::debug!(error = %crate::report::error_text(&e), "a waited key's read failed; reading again");

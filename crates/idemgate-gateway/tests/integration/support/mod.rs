@@ -23,7 +23,9 @@ pub(crate) use relay::Relay;
 /// `status=N`, `delay_ms=N` (before answering), `bytes=N` (body size), `stream=1`
 /// (`text/event-stream`), `broken=1` (body breaks off after its first chunk), `headers=N`
 /// (`N` more headers, `x-h-0: v0` to `x-h-{N-1}`), `first_status=N` (the upstream's first
-/// execution answers `N` instead), `challenge=1` (a `401` carries `WWW-Authenticate`).
+/// execution answers `N` instead), `status_seq=a,b,..` and `delay_ms_seq=a,b,..` (the n-th
+/// execution's, the last one after), `retry_after=S` and `retry_after_seq` (a `Retry-After: S` header),
+/// `challenge=1` (a `401` carries `WWW-Authenticate`).
 #[derive(Clone)]
 pub(crate) struct Upstream {
     pub(crate) base: String,
@@ -66,12 +68,17 @@ async fn handler(
     let n = up.executions.fetch_add(1, Ordering::SeqCst) + 1;
     *up.last_headers.lock().unwrap() = Some(headers);
     let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
-    if let Some(ms) = num("delay_ms") {
+    // `K_seq=a,b,...`: the n-th execution's value (the last one past the end), else `K`.
+    let nth = |k: &str| {
+        let seq = q.get(&format!("{k}_seq"))?.split(',').collect::<Vec<_>>();
+        seq.get(n - 1).or(seq.last())?.parse::<u64>().ok()
+    };
+    if let Some(ms) = nth("delay_ms").or(num("delay_ms")) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     let status = match num("first_status") {
         Some(first) if n == 1 => first,
-        _ => num("status").unwrap_or(201),
+        _ => nth("status").or(num("status")).unwrap_or(201),
     };
     let status = StatusCode::from_u16(status as u16).unwrap();
     if q.contains_key("stream") {
@@ -112,6 +119,9 @@ async fn handler(
     for i in 0..num("headers").unwrap_or(0) {
         let name = axum::http::HeaderName::try_from(format!("x-h-{i}")).unwrap();
         extra.insert(name, format!("v{i}").parse().unwrap());
+    }
+    if let Some(v) = nth("retry_after").or(num("retry_after")) {
+        extra.insert(axum::http::header::RETRY_AFTER, v.into());
     }
     if q.contains_key("challenge") && status == StatusCode::UNAUTHORIZED {
         let challenge = "Bearer error=\"invalid_token\"".parse().unwrap();

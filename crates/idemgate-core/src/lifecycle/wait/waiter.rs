@@ -1,0 +1,227 @@
+//! One waiter: what it makes of its key's news ([`Seen`]).
+//!
+//! A waiter follows one chain of leases: the lease of the in-flight record it first reads,
+//! then, after a release of that lease it acted on, the lease of the run that followed. A
+//! release of any other lease (a record deleted and run again by someone else while the
+//! first still runs) is not its business: the record it waited on vanished, and it answers
+//! as for a vanished record. Of each release it acts on, one waiter per process claims the
+//! acquire ([`Slot::claim`]); the others wait on that run.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::registry::{Place, Read, Seen};
+use super::{Waited, GONE_GRACE};
+use crate::engine::{decide, Decision};
+use crate::events::Released;
+use crate::fingerprint::Fingerprint;
+use crate::lifecycle::peek::{fingerprint_as, settled};
+use crate::lifecycle::{Answer, RoutePlan};
+use crate::record::{IdempotencyRecord, ScopedKey};
+
+/// One waiter's state.
+pub(super) struct Wait {
+    pub(super) place: Place,
+    pub(super) deadline: Instant,
+    /// This wait acted on a release already (its one try is spent).
+    tried: bool,
+    /// The number of the last release this waiter looked at (or that predates it).
+    releases_seen: u64,
+    /// The lease id ([`Released::lease_id`]) of the in-flight record waited on, once read.
+    waited_on: Option<u64>,
+    /// A release of the lease waited on (or a takeover) was acted on: the next in-flight
+    /// lease is the rerun's, and is waited on in turn.
+    follows: bool,
+    /// The client left (for the metric).
+    pub(super) left: bool,
+}
+
+/// Why a stretch of waiting stopped before news came.
+enum Stop {
+    Deadline,
+    Left,
+    Closing,
+}
+
+impl Wait {
+    pub(super) fn new(place: Place, deadline: Instant) -> Self {
+        let releases_seen = place.seen.borrow().released.map_or(0, |(n, _)| n);
+        Self {
+            place,
+            deadline,
+            tried: false,
+            releases_seen,
+            waited_on: None,
+            follows: false,
+            left: false,
+        }
+    }
+
+    /// After a claimed acquire found the key taken by another's rerun, or lost the insert:
+    /// that rerun is waited on.
+    pub(super) fn lost_acquire(&mut self) {
+        self.follows = true;
+    }
+
+    /// Waits until the key's record settles the request, or says to acquire it.
+    pub(super) async fn until_settled<F>(
+        &mut self,
+        key: &ScopedKey,
+        fingerprint: Fingerprint,
+        plan: &RoutePlan,
+        refingerprint: &impl Fn(u16) -> F,
+        mut gone: Pin<&mut impl Future<Output = ()>>,
+    ) -> Waited
+    where
+        F: Future<Output = Option<Fingerprint>>,
+    {
+        let in_flight = || {
+            Waited::Answer(Answer::InFlight {
+                retry_after_ms: 1000,
+            })
+        };
+        let mut vanished: Option<Instant> = None;
+        loop {
+            let until = vanished.map_or(self.deadline, |at| (at + GONE_GRACE).min(self.deadline));
+            if let Err(stop) = self.news(until, gone.as_mut()).await {
+                self.left = matches!(stop, Stop::Left);
+                return in_flight();
+            }
+            let seen = self.place.seen.borrow_and_update().clone();
+            if let Some(waited) = self.released(&seen, gone.as_mut()).await {
+                return waited;
+            }
+            let (record, now) = match seen.read {
+                Read::Pending => continue,
+                // After a release it acted on, the rerun's record is still to come.
+                Read::Gone if self.follows => continue,
+                Read::Gone => {
+                    vanished.get_or_insert_with(Instant::now);
+                    continue;
+                }
+                Read::Record(record, now) => (record, now),
+            };
+            vanished = None;
+            let fp = fingerprint_as(&record, fingerprint, refingerprint).await;
+            match decide(Some(&record), &fp, now, plan) {
+                Decision::InFlight { .. } if self.follow(&record) => continue,
+                // Run by another lease without a release of the one waited on: the record
+                // waited on vanished.
+                Decision::InFlight { .. } => return in_flight(),
+                Decision::Takeover => {
+                    self.follows = true;
+                    return Waited::TakeOver;
+                }
+                // Expired by its TTL while waited on: vanished without a release.
+                Decision::Insert => return in_flight(),
+                decision => match settled(key, (*record).clone(), decision) {
+                    Some(answer) => return Waited::Answer(answer),
+                    None => return in_flight(),
+                },
+            }
+        }
+    }
+
+    /// Waits for the slot's next news; `Err` when `until` passed, the client left or the
+    /// process stops waiting ([`super::Lifecycle::end_waits`]).
+    async fn news(
+        &mut self,
+        until: Instant,
+        gone: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<(), Stop> {
+        let place = &mut self.place;
+        let generation = place.generation;
+        tokio::select! {
+            changed = place.seen.changed() => changed.map_err(|_| Stop::Closing),
+            _ = tokio::time::sleep_until(until) => Err(Stop::Deadline),
+            _ = gone => Err(Stop::Left),
+            _ = place.closing.wait_for(|g| *g != generation) => Err(Stop::Closing),
+        }
+    }
+
+    /// True when `record`'s lease is the one waited on (or now becomes it).
+    fn follow(&mut self, record: &IdempotencyRecord) -> bool {
+        let Some(token) = record.lease_token else {
+            return true;
+        };
+        let id = Released::lease_id_of(token, record.fence);
+        match self.waited_on {
+            Some(w) if w == id => true,
+            Some(_) if !self.follows => false,
+            _ => {
+                self.waited_on = Some(id);
+                self.follows = false;
+                true
+            }
+        }
+    }
+
+    /// What a release newer than the last one looked at means for this waiter: `None` when
+    /// it waits on (another's lease, or another waiter of this process acquires it).
+    async fn released(
+        &mut self,
+        seen: &Seen,
+        mut gone: Pin<&mut impl Future<Output = ()>>,
+    ) -> Option<Waited> {
+        let (n, released) = seen.released.filter(|(n, _)| *n > self.releases_seen)?;
+        self.releases_seen = n;
+        // Someone else's lease, while the one waited on was not released: not this chain.
+        if self.waited_on.is_some_and(|w| w != released.lease) && !self.follows {
+            return None;
+        }
+        let answer = Waited::Answer(Answer::Released {
+            status: released.status,
+            retry_after_ms: released.retry_after_ms,
+        });
+        if std::mem::replace(&mut self.tried, true) {
+            return Some(answer);
+        }
+        self.follows = true;
+        let wait = Duration::from_millis(released.retry_after_ms.unwrap_or(0));
+        let at = Instant::now() + wait;
+        if at > self.deadline {
+            return Some(answer); // nobody here runs it again within the wait
+        }
+        if !self.place.slot.claim(n) {
+            return None; // another waiter here acquires it: wait on its run
+        }
+        if wait > Duration::ZERO {
+            if let Err(stop) = self.news_until(at, gone.as_mut()).await {
+                self.left = matches!(stop, Stop::Left);
+                return Some(Waited::Answer(Answer::InFlight {
+                    retry_after_ms: 1000,
+                }));
+            }
+            // Released again meanwhile (another process reran it): this try is spent.
+            if self
+                .place
+                .seen
+                .borrow()
+                .released
+                .is_some_and(|(m, _)| m > n)
+            {
+                return Some(answer);
+            }
+        }
+        Some(Waited::Acquire)
+    }
+
+    /// Sleeps until `at` (news in between is left for later), unless the client leaves or
+    /// the process stops waiting.
+    async fn news_until(
+        &mut self,
+        at: Instant,
+        gone: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<(), Stop> {
+        let place = &mut self.place;
+        let generation = place.generation;
+        tokio::select! {
+            _ = tokio::time::sleep_until(at) => Ok(()),
+            _ = gone => Err(Stop::Left),
+            _ = place.closing.wait_for(|g| *g != generation) => Err(Stop::Closing),
+        }
+    }
+}
