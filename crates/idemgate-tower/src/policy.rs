@@ -153,8 +153,8 @@ pub struct RoutePolicy {
     /// error (`previous-attempt-failed`, `outcome-unknown`); when the first ends without
     /// running the operation (a status in `release_statuses`), one waiter runs it.
     pub on_in_flight: InFlightPolicy,
-    /// How long a duplicate waits under `on_in_flight = "wait"` before it gets `409`; at
-    /// most the gateway's `upstream_timeout`. Defaults to 10 s.
+    /// How long a duplicate waits under `on_in_flight = "wait"` before it gets `409`; from
+    /// 100 ms to the gateway's `upstream_timeout`. Defaults to 10 s.
     #[serde(with = "de::duration")]
     pub max_wait: Duration,
     /// What a path that differs from this route's template only by a trailing `/` means:
