@@ -184,8 +184,13 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         }
     }
 
-    /// After `outcome` landed: tells the key's waiters ([`super::wait`]).
+    /// After `outcome` landed: tells the key's waiters ([`super::wait`]), in this process
+    /// and, on a route that waits, in others.
     async fn landed_now(&self, holder: &Holder, outcome: &Outcome) -> Finished {
+        // Nobody to tell: no hashing on the outcome write of a route that does not wait.
+        if !holder.announce && self.waiters() == 0 {
+            return Finished::Landed;
+        }
         let kind = match *outcome {
             Outcome::Release {
                 status,
