@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::wire::{
     AcquireRequest, AcquireResponse, CompleteRequest, LeaseRequest, OutcomeResponse, Problem,
-    RecordView, RenewRequest, RenewResponse,
+    RecordView, ReleaseRequest, RenewRequest, RenewResponse,
 };
 
 /// Why a call failed. Only [`ClientError::Problem`] means the service answered; after any
@@ -193,7 +193,7 @@ impl KeyServiceClient {
     ///
     /// # Errors
     /// A `409` `lease-lost` problem when the lease is stale.
-    pub async fn release(&self, req: &LeaseRequest) -> Result<OutcomeResponse, ClientError> {
+    pub async fn release(&self, req: &ReleaseRequest) -> Result<OutcomeResponse, ClientError> {
         self.post("/v1/release", req).await
     }
 

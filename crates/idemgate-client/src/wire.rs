@@ -207,7 +207,7 @@ wire_types! {
         pub lease_ttl_ms: Option<u64>,
     }
 
-    /// `POST /v1/fail` and `POST /v1/release`.
+    /// `POST /v1/fail`.
     #[serde(deny_unknown_fields)]
     pub struct LeaseRequest {
         /// As acquired.
@@ -221,6 +221,33 @@ wire_types! {
         pub key: String,
         /// The lease held.
         pub lease: LeaseRef,
+    }
+
+    /// `POST /v1/release`: the operation did not run.
+    #[serde(deny_unknown_fields)]
+    pub struct ReleaseRequest {
+        /// As acquired.
+        #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
+        pub scope: String,
+        /// As acquired.
+        #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~]([ -~]{0,254}[!-~])?$"))]
+        pub principal: String,
+        /// As acquired.
+        #[cfg_attr(feature = "openapi", schema(pattern = r"^[!-~][ -~]{6,126}[!-~]$"))]
+        pub key: String,
+        /// The lease held.
+        pub lease: LeaseRef,
+        /// The status the caller answered its own client, e.g. `429` or `503` (100–599;
+        /// default `503`): calls waiting on the key (`wait_ms`) that do not run it again get
+        /// it as `released`'s `status`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(minimum = 100, maximum = 599))]
+        pub status: Option<u16>,
+        /// The `Retry-After` the caller answered, in ms (at most a day): waiting calls do
+        /// not acquire the key again before it, and get it as `released`'s `retry_after_ms`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 86400000))]
+        pub retry_after_ms: Option<u64>,
     }
 
     /// `POST /v1/complete`.

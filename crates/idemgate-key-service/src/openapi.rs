@@ -23,7 +23,7 @@ use utoipa::{Modify, OpenApi};
     ),
     components(schemas(
         AcquireRequest, AcquireResponse, RequestParts, LeaseExpired, LeaseInfo, LeaseRef,
-        ResponseParts, RenewRequest, RenewResponse, LeaseRequest, CompleteRequest,
+        ResponseParts, RenewRequest, RenewResponse, LeaseRequest, ReleaseRequest, CompleteRequest,
         OutcomeResponse, RecordView, StoredView, Problem, StoreKey, StoreFingerprint,
         StoreLease, StoreResponse, StoreRecord, InsertBody, InsertAnswer, TakeOverBody,
         TakeOverAnswer, RenewBody, RenewAnswer, CompleteBody, LeaseBody, GetBody, GetAnswer,

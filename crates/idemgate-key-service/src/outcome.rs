@@ -113,7 +113,7 @@ pub async fn fail<St: IdempotencyStore>(
 }
 
 /// `POST /v1/release`: the operation did not run; the key may be used again.
-#[utoipa::path(post, path = "/v1/release", tag = "keys", request_body = LeaseRequest,
+#[utoipa::path(post, path = "/v1/release", tag = "keys", request_body = ReleaseRequest,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Released", body = OutcomeResponse),
@@ -125,12 +125,13 @@ pub async fn fail<St: IdempotencyStore>(
 pub async fn release<St: IdempotencyStore>(
     State(s): Shared<St>,
     caller: Caller,
-    JsonBody(req): JsonBody<LeaseRequest>,
+    JsonBody(req): JsonBody<ReleaseRequest>,
 ) -> Result<Json<OutcomeResponse>, ApiError> {
     let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
+    let released = validate::released(req.status, req.retry_after_ms)?;
     s.call(s.lifecycle.store().release(&lease)).await?;
     // Callers waiting on the key (`wait_ms`): one acquires it.
-    s.lifecycle.outcome_landed(&lease, Some((503, None))).await;
+    s.lifecycle.outcome_landed(&lease, Some(released)).await;
     Ok(landed("released", false))
 }
 

@@ -160,3 +160,26 @@ pub fn response_parts(r: &StoredResponse) -> ResponseParts {
         body_base64: B64.encode(&r.body),
     }
 }
+
+/// Longest `Retry-After` a release may carry, in ms (a day).
+const MAX_RELEASED_RETRY_AFTER_MS: u64 = 86_400_000;
+
+/// A release's `status` (100–599, default `503`) and `retry_after_ms` (at most a day).
+///
+/// # Errors
+/// `invalid-request` naming the field out of range.
+pub fn released(
+    status: Option<u16>,
+    retry_after_ms: Option<u64>,
+) -> Result<(u16, Option<u64>), ApiError> {
+    let status = status.unwrap_or(503);
+    if !(100..=599).contains(&status) {
+        let why = format!("must be an HTTP status (100-599), got {status}");
+        return Err(ApiError::invalid("status", why));
+    }
+    if let Some(ms) = retry_after_ms.filter(|ms| *ms > MAX_RELEASED_RETRY_AFTER_MS) {
+        let why = format!("must be between 0 and {MAX_RELEASED_RETRY_AFTER_MS} ms, got {ms}");
+        return Err(ApiError::invalid("retry_after_ms", why));
+    }
+    Ok((status, retry_after_ms))
+}

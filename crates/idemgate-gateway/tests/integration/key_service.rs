@@ -311,3 +311,38 @@ async fn admin_endpoints_answer_and_sigterm_shuts_down_cleanly() {
     .expect("exits within 5 s of SIGTERM");
     assert!(status.success(), "{status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_ends_the_acquires_that_wait_with_in_flight() {
+    let mut ks = spawn(None, None).await;
+    let client = crate::support::client();
+    let acquire = {
+        let (client, url) = (client.clone(), format!("{}/v1/acquire", ks.base()));
+        move |wait_ms: u64| {
+            let body = serde_json::json!({"scope": "POST /p", "principal": "u",
+                "key": "key-0000000042", "fingerprint": "f", "wait_ms": wait_ms});
+            client.post(&url).bearer_auth(TOKEN_A).json(&body).send()
+        }
+    };
+    let first: serde_json::Value = acquire(0).await.unwrap().json().await.unwrap();
+    assert_eq!(first["decision"], "run", "{first}");
+    let waiters: Vec<_> = (0..3).map(|_| tokio::spawn(acquire(60_000))).collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // SIGTERM: a shutdown, whose drain would otherwise wait out the 60 s waits.
+    let pid = ks.child.id().to_string();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    assert!(term.unwrap().success());
+    for waiter in waiters {
+        let resp = waiter
+            .await
+            .unwrap()
+            .expect("an answer, not a cut connection");
+        assert_eq!(resp.status(), 200);
+        let answer: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(answer["decision"], "in_flight", "{answer}");
+    }
+    let exited = ks.child.wait().unwrap();
+    assert!(exited.success(), "{exited:?}");
+}

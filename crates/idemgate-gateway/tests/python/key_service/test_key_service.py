@@ -358,3 +358,21 @@ def test_a_wait_ends_with_in_flight_and_wait_ms_is_bounded():
     body = {"scope": SCOPE, "principal": "user-42", "key": key, "fingerprint": "fp-1"}
     problem(call("/v1/acquire", dict(body, wait_ms=60001)), 400, "invalid-request")
     assert acquire(key, wait_ms=0)["decision"] == "in_flight"
+
+
+def test_a_release_passes_its_status_and_retry_after_to_the_callers_that_wait():
+    key = new_key()
+    lease = acquire(key)["lease"]
+    for bad, field in [({"status": 600}, "status"), ({"status": 99}, "status"),
+                       ({"retry_after_ms": 86_400_001}, "retry_after_ms")]:
+        body = problem(call("/v1/release", held(key, lease, **bad)), 400, "invalid-request")
+        assert body["field"] == field, body
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        waiting = [pool.submit(acquire, key, wait_ms=2000) for _ in range(5)]
+        time.sleep(0.5)
+        released = held(key, lease, status=429, retry_after_ms=5000)
+        assert call("/v1/release", released).status_code == 200
+        answers = [w.result(timeout=10) for w in waiting]
+    # Not before the Retry-After, which is past their wait: nobody runs it; all hear 429.
+    assert all(a == {"decision": "released", "status": 429, "retry_after_ms": 5000}
+               for a in answers), answers
