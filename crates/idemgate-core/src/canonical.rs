@@ -36,12 +36,7 @@ pub fn canonical_json(body: &[u8], ignore: &[String]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(body).ok()?;
     // serde_json checks the grammar (numbers, control characters, escapes) in full.
     serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
-    let mut parser = Parser {
-        b: text.as_bytes(),
-        text,
-        i: 0,
-    };
-    let mut value = parser.value(0)?;
+    let mut value = Parser::new(text).value(0)?;
     for pointer in ignore {
         remove_pointer(&mut value, pointer);
     }
@@ -59,7 +54,7 @@ pub fn jcs(body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// A parsed JSON value that keeps numbers and literals as written.
-enum Json<'a> {
+pub(crate) enum Json<'a> {
     /// `null`, `true`, `false` or a number, as written.
     Literal(&'a str),
     String(Cow<'a, str>),
@@ -137,21 +132,31 @@ fn write_string(s: &str, out: &mut Vec<u8>) {
 }
 
 /// A recursive-descent parser over text serde_json already accepted; it keeps number text
-/// and finds duplicate member names, which serde_json would silently merge.
-struct Parser<'a> {
-    b: &'a [u8],
+/// and finds duplicate member names, which serde_json would silently merge. Also walks
+/// bodies for [`crate::redact`].
+pub(crate) struct Parser<'a> {
+    pub(crate) b: &'a [u8],
     text: &'a str,
-    i: usize,
+    /// The byte position of the next read.
+    pub(crate) i: usize,
 }
 
 impl<'a> Parser<'a> {
-    fn ws(&mut self) {
+    pub(crate) fn new(text: &'a str) -> Self {
+        Self {
+            b: text.as_bytes(),
+            text,
+            i: 0,
+        }
+    }
+
+    pub(crate) fn ws(&mut self) {
         while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
             self.i += 1;
         }
     }
 
-    fn value(&mut self, depth: usize) -> Option<Json<'a>> {
+    pub(crate) fn value(&mut self, depth: usize) -> Option<Json<'a>> {
         if depth > MAX_DEPTH {
             return None;
         }
@@ -195,7 +200,7 @@ impl<'a> Parser<'a> {
 
     /// The items `item` reads between the opening bracket at `i` and `close`, separated by
     /// commas.
-    fn items<T>(
+    pub(crate) fn items<T>(
         &mut self,
         close: u8,
         mut item: impl FnMut(&mut Self) -> Option<T>,
@@ -220,7 +225,7 @@ impl<'a> Parser<'a> {
 
     /// Decodes a string token; escapes (including surrogate pairs) by serde_json, which
     /// rejects lone surrogates, text that no Unicode string can hold.
-    fn string(&mut self) -> Option<Cow<'a, str>> {
+    pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
         if self.b.get(self.i) != Some(&b'"') {
             return None;
         }

@@ -54,6 +54,7 @@ pub mod memory;
 pub mod problem;
 pub mod purge;
 pub mod record;
+pub mod redact;
 pub mod report;
 pub mod status;
 pub mod store;

@@ -126,6 +126,12 @@ pub fn response(r: &ResponseParts) -> Result<StoredResponse, ApiError> {
                 "reserved for the audit entry of `idemgate resolve`",
             ));
         }
+        if idemgate_core::redact::is_form_header(name.as_str()) {
+            return Err(ApiError::invalid(
+                format!("response.headers[{i}][0]"),
+                "reserved for the stored form of a redacted response",
+            ));
+        }
         http::HeaderValue::from_str(value).map_err(|_| {
             ApiError::invalid(
                 format!("response.headers[{i}][1]"),

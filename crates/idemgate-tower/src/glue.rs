@@ -29,6 +29,7 @@ use crate::policy::{Policy, RoutePolicy, StatusAction};
 use crate::rejection::IdempotencyRejection;
 use crate::replay::{headers_to_store, IDEMPOTENT_TAKEOVER};
 use crate::transaction::TxStore;
+use idemgate_core::redact::{store_form, StoreResponse};
 
 mod answer;
 
@@ -248,11 +249,22 @@ async fn panicked<St: IdempotencyStore, E>(
 /// response for the client.
 fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Response<BoxBody>) {
     let rp = &covered.route;
-    let stored = |body: Bytes, replayable: bool| StoredResponse {
-        status: parts.status.as_u16(),
-        headers: headers_to_store(&parts.headers, &rp.replay_deny_headers),
-        body,
-        replayable,
+    let stored = |body: Bytes, replayable: bool| {
+        let whole = StoredResponse {
+            status: parts.status.as_u16(),
+            headers: headers_to_store(&parts.headers, &rp.replay_deny_headers),
+            body,
+            replayable,
+        };
+        if rp.store_response == StoreResponse::Full {
+            return whole;
+        }
+        let encoded = parts
+            .headers
+            .get_all(http::header::CONTENT_ENCODING)
+            .iter()
+            .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+        store_form(whole, rp.store_response, &rp.redact_json_pointers, encoded)
     };
     let keep = |body: Bytes, replayable: bool| storable(covered.label(), stored(body, replayable));
     let (outcome, body) = match (rp.action_for(parts.status, &parts.headers), received) {

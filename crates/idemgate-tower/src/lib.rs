@@ -91,7 +91,10 @@ pub use principal::{
     PrincipalHashKey, PrincipalSource,
 };
 pub use rejection::{IdempotencyRejection, LimitKind, TokenError};
-pub use replay::{IDEMPOTENCY_KEY_LIFETIME, IDEMPOTENT_REPLAYED, IDEMPOTENT_TAKEOVER};
+pub use replay::{
+    IDEMPOTENCY_KEY_LIFETIME, IDEMPOTENT_BODY_OMITTED, IDEMPOTENT_REDACTED, IDEMPOTENT_REPLAYED,
+    IDEMPOTENT_TAKEOVER,
+};
 pub use service::Idempotency;
 pub use template::parse_method;
 #[cfg(all(feature = "axum", feature = "postgres"))]

@@ -8,6 +8,7 @@ use http::{HeaderMap, HeaderName, Method, StatusCode};
 use idemgate_core::engine::LeaseExpiredPolicy;
 use idemgate_core::key::{DEFAULT_MAX_LEN, DEFAULT_MIN_LEN};
 use idemgate_core::lifecycle::{InFlightPolicy, LifecycleConfig, RoutePlan};
+pub use idemgate_core::redact::StoreResponse;
 
 use crate::path::{EncodedSlash, ForwardPath, TrailingSlash, Unmatched};
 use crate::principal::PrincipalSource;
@@ -126,6 +127,19 @@ pub struct RoutePolicy {
     /// it the response is delivered whole but not replayable. Defaults to 1048576 (1 MiB).
     #[serde(deserialize_with = "de::stored_limit")]
     pub max_stored_response_bytes: usize,
+    /// What is stored of a response kept for replay: `"full"` (the default: status,
+    /// headers, body); `"redacted"`: the JSON body with the values `redact_json_pointers`
+    /// name replaced by `"[redacted]"`, every other byte kept, and retries get
+    /// `Idempotent-Redacted: true` (a body that is not JSON, has duplicate member names or
+    /// is compressed is stored as `"status-only"`); `"status-only"`: status and headers,
+    /// and retries get an empty body and `Idempotent-Body-Omitted: true`. The first client
+    /// always gets the whole response. A changed body is stored without `ETag`,
+    /// `Content-Digest`, `Repr-Digest` and `Content-MD5`. See [`StoreResponse`].
+    pub store_response: StoreResponse,
+    /// JSON Pointers (RFC 6901) of the response body's values a `"redacted"` route does not
+    /// store; a token `*` stands for every element of an array. Defaults to none.
+    #[serde(deserialize_with = "de::pointers")]
+    pub redact_json_pointers: Vec<String>,
     /// Response headers never replayed, in addition to hop-by-hop ones, `set-cookie` and
     /// `date` (never replayed whatever this says; a replay gets a fresh `Date`). Defaults to
     /// `set-cookie`, `date`.
@@ -195,6 +209,8 @@ impl Default for RoutePolicy {
             max_body_bytes: 1 << 20,
             max_decoded_body_bytes: None,
             max_stored_response_bytes: 1 << 20,
+            store_response: StoreResponse::Full,
+            redact_json_pointers: Vec::new(),
             replay_deny_headers: vec![http::header::SET_COOKIE, http::header::DATE],
             limits: Default::default(),
             record_ttl_header: false,

@@ -56,6 +56,18 @@ pub(crate) fn add_key_lifetime<E>(
     }
 }
 
+/// `Idempotent-Redacted: true` marks a replay of a body stored with values redacted
+/// ([`StoreResponse::Redacted`](idemgate_core::redact::StoreResponse::Redacted)). Reserved:
+/// stripped from every incoming request, never stored from an upstream's response.
+pub const IDEMPOTENT_REDACTED: HeaderName =
+    HeaderName::from_static(idemgate_core::redact::REDACTED_HEADER);
+
+/// `Idempotent-Body-Omitted: true` marks a replay of a response stored without its body
+/// ([`StoreResponse::StatusOnly`](idemgate_core::redact::StoreResponse::StatusOnly)).
+/// Reserved like [`IDEMPOTENT_REDACTED`].
+pub const IDEMPOTENT_BODY_OMITTED: HeaderName =
+    HeaderName::from_static(idemgate_core::redact::BODY_OMITTED_HEADER);
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1): never stored, replayed or forwarded by a proxy.
 pub const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
@@ -100,11 +112,18 @@ fn never_replayed(name: &HeaderName) -> bool {
 
 /// The response headers kept for replay: all but hop-by-hop ones, `content-length`,
 /// `set-cookie`, `date` and the reserved `Idempotent-*` headers (never replayed, whatever
-/// the configuration says) and the `deny` list, in order.
+/// the configuration says; the stored form's marker is idemgate's own) and the `deny` list,
+/// in order.
 pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String, Bytes)> {
     // Hop-by-hop too: the headers `Connection` names.
     let connection = connection_tokens(headers);
-    let dropped = |n| never_replayed(n) || connection.contains(n) || deny.contains(n);
+    let dropped = |n: &HeaderName| {
+        never_replayed(n)
+            || *n == IDEMPOTENT_REDACTED
+            || *n == IDEMPOTENT_BODY_OMITTED
+            || connection.contains(n)
+            || deny.contains(n)
+    };
     headers
         .iter()
         .filter(|(name, _)| !dropped(name))
@@ -117,8 +136,9 @@ pub fn headers_to_store(headers: &HeaderMap, deny: &[HeaderName]) -> Vec<(String
 #[error("stored response is not valid HTTP: {0}")]
 pub struct NotReplayable(pub &'static str);
 
-/// A replay of `stored`: its status, headers and body, a fresh `Date`, a recomputed
-/// `Content-Length` and `Idempotent-Replayed: true`. Stored framing, hop-by-hop,
+/// A replay of `stored`: its status, headers (with the stored form's marker,
+/// `Idempotent-Redacted` or `Idempotent-Body-Omitted`, where it has one) and body, a fresh
+/// `Date`, a recomputed `Content-Length` and `Idempotent-Replayed: true`. Stored framing, hop-by-hop,
 /// `Set-Cookie`, `Date` and `Idempotent-*` headers are dropped.
 ///
 /// # Errors

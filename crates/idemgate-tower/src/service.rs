@@ -17,7 +17,7 @@ use crate::layer::IdempotencyLayer;
 use crate::lease::SendFailure;
 use crate::metrics::Meters;
 use crate::policy::Policy;
-use crate::replay::IDEMPOTENT_TAKEOVER;
+use crate::replay::{IDEMPOTENT_BODY_OMITTED, IDEMPOTENT_REDACTED, IDEMPOTENT_TAKEOVER};
 
 /// The idempotency middleware. For each request:
 ///
@@ -136,8 +136,16 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        // Reserved: only idemgate says a request is a takeover; never trusted from clients.
-        req.headers_mut().remove(IDEMPOTENT_TAKEOVER);
+        // Reserved: only idemgate says a request is a takeover, or a response's stored form;
+        // never trusted from clients.
+        let headers = req.headers_mut();
+        for reserved in [
+            IDEMPOTENT_TAKEOVER,
+            IDEMPOTENT_REDACTED,
+            IDEMPOTENT_BODY_OMITTED,
+        ] {
+            headers.remove(reserved);
+        }
         if self.ctx.policy.passes_untouched(req.method()) {
             let uncovered = self.meters.uncovered().clone();
             return ResponseFuture::pass_through(self.inner.call(req.map(boxed)), uncovered);

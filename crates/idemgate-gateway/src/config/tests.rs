@@ -365,6 +365,42 @@ fn in_flight_retry_after_is_bounded() {
 }
 
 #[test]
+fn redaction_needs_pointers_and_pointers_need_redaction() {
+    let up = "upstream = \"http://127.0.0.1:3000\"\n";
+    for (text, want) in [
+        (
+            "[defaults]\nstore_response = \"redacted\"\n",
+            "defaults.redact_json_pointers: store_response = \"redacted\" names no value",
+        ),
+        (
+            "[defaults]\nredact_json_pointers = [\"/card\"]\n",
+            "defaults.redact_json_pointers: redacts nothing unless",
+        ),
+        (
+            "[defaults]\nstore_response = \"redacted\"\nredact_json_pointers = [\"card\"]\n",
+            "`card` is not a JSON Pointer",
+        ),
+        (
+            "[defaults]\nstore_response = \"secret\"\n",
+            "store_response",
+        ),
+    ] {
+        let errs = match toml::from_str::<Config>(&format!("{up}{text}")) {
+            Ok(c) => c.validate().unwrap_err(),
+            Err(e) => vec![e.to_string()],
+        };
+        assert!(errs.iter().any(|e| e.contains(want)), "{text}: {errs:#?}");
+    }
+    for ok in [
+        "[defaults]\nstore_response = \"redacted\"\nredact_json_pointers = [\"/card/number\", \"/keys/*/secret\"]\n",
+        "[defaults]\nstore_response = \"status-only\"\n",
+        "[defaults]\nstore_response = \"redacted\"\nredact_json_pointers = [\"/a\"]\n[[routes]]\nroute = \"POST /b\"\nstore_response = \"status-only\"\n",
+    ] {
+        assert!(parse(&format!("{up}{ok}")).validate().is_ok(), "{ok}");
+    }
+}
+
+#[test]
 fn a_wait_past_the_upstream_timeout_is_refused() {
     let text = "upstream = \"http://a:1\"\nupstream_timeout = \"5s\"\n[defaults]\non_in_flight = \"wait\"\nmax_wait = \"6s\"\n";
     let errs = parse(text).validate().unwrap_err();

@@ -64,6 +64,7 @@ mod scope;
 mod sqlite_files;
 mod stderr;
 mod store_metrics;
+mod stored_form;
 mod support;
 mod tls;
 mod upstream;

@@ -80,9 +80,23 @@ async fn a_released_first_attempt_is_run_by_one_waiter_and_a_second_release_by_n
     let _serial = GAUGE.lock().await;
     let up = upstream().await;
     let (gw, _dir) = waiting_gateway(&up, |_| {}).await;
-    // Every execution answers 503 (released by default): the first, then one waiter's.
-    let answers = duplicates(&gw.base, "/payments?delay_ms=700&status=503", &key(), 20).await;
-    assert_eq!(up.count(), 2, "the first and exactly one waiter ran it");
+    // Every execution answers 503 (released by default): the first, then one waiter's. All
+    // 19 duplicates wait before the first ends (one that arrived during the rerun would
+    // have a try of its own, as a retry after the rerun's release would).
+    let (k, path) = (key(), "/payments?delay_ms_seq=3000,700&status=503");
+    let first = tokio::spawn(post(&gw.base, path, Some(&k), "{\"amount\":1}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (base, k2) = (gw.base.clone(), k.clone());
+    let waiting = tokio::spawn(async move { duplicates(&base, path, &k2, 19).await });
+    until_waiting(&gw, 19).await;
+    let mut answers = waiting.await.unwrap();
+    let first = first.await.unwrap().unwrap();
+    answers.push((first.status().as_u16(), false, first.text().await.unwrap()));
+    assert_eq!(
+        up.count(),
+        2,
+        "the first and exactly one waiter ran it: {answers:?}"
+    );
     let upstream_503s = answers
         .iter()
         .filter(|(_, _, b)| b.contains("execution"))

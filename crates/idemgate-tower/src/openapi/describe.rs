@@ -12,7 +12,7 @@ use utoipa::openapi::{
     ObjectBuilder, Ref, RefOr, Required, Response, ResponseBuilder, SchemaFormat, Type,
 };
 
-use crate::policy::{Policy, RoutePolicy};
+use crate::policy::{Policy, RoutePolicy, StoreResponse};
 use crate::principal::PrincipalSource;
 
 use super::Contract;
@@ -23,6 +23,8 @@ pub(super) const PROBLEM_SCHEMA: &str = "IdemgateProblem";
 pub(super) const RETRY_AFTER: &str = "IdemgateRetryAfter";
 pub(super) const REPLAYED: &str = "IdemgateIdempotentReplayed";
 pub(super) const LIFETIME: &str = "IdemgateKeyLifetime";
+pub(super) const REDACTED: &str = "IdemgateIdempotentRedacted";
+pub(super) const BODY_OMITTED: &str = "IdemgateIdempotentBodyOmitted";
 
 /// The extension on the responses of idemgate's own answers: their problem names.
 pub(super) const PROBLEMS_MARK: &str = "x-idemgate-problems";
@@ -82,6 +84,18 @@ pub(super) fn components() -> Components {
             false,
             string().enum_values(Some(["true"])),
             "`true` on a response replayed from the stored record: the operation ran once, before this request. Absent on the first (fresh) response.",
+        ),
+        (
+            REDACTED,
+            false,
+            string().enum_values(Some(["true"])),
+            "`true` on a replay whose body was stored with values redacted (the route's `store_response = \"redacted\"`): each redacted value reads `\"[redacted]\"`; the first response had them. No `ETag` or digest of the original body is replayed with it.",
+        ),
+        (
+            BODY_OMITTED,
+            false,
+            string().enum_values(Some(["true"])),
+            "`true` on a replay of a response stored without its body (`store_response = \"status-only\"`, or a `\"redacted\"` route's body that was not JSON or was compressed): the status and headers are the first response's, the body is empty.",
         ),
         (
             LIFETIME,
@@ -261,6 +275,16 @@ fn header_ref(name: &str) -> RefOr<Header> {
 /// The headers idemgate adds to the API's own (stored, replayable) responses of a route.
 pub(super) fn replay_headers(route: &RoutePolicy) -> Vec<(&'static str, RefOr<Header>)> {
     let mut out = vec![("Idempotent-Replayed", header_ref(REPLAYED))];
+    match route.store_response {
+        StoreResponse::Full => {}
+        StoreResponse::Redacted => {
+            out.push(("Idempotent-Redacted", header_ref(REDACTED)));
+            out.push(("Idempotent-Body-Omitted", header_ref(BODY_OMITTED)));
+        }
+        StoreResponse::StatusOnly => {
+            out.push(("Idempotent-Body-Omitted", header_ref(BODY_OMITTED)))
+        }
+    }
     if route.record_ttl_header {
         out.push((
             crate::replay::IDEMPOTENCY_KEY_LIFETIME_TITLE,
@@ -285,6 +309,8 @@ pub(super) fn extension(policy: &Policy, route: &RoutePolicy, template: Option<&
         "keyLifetime": format!("PT{ttl}S"),
         "lifetimeHeader": route.record_ttl_header.then_some(crate::replay::IDEMPOTENCY_KEY_LIFETIME_TITLE),
         "replayHeader": "Idempotent-Replayed",
+        "storeResponse": route.store_response.as_str(),
+        "redactedJsonPointers": route.redact_json_pointers,
         "scope": "principal, route and key",
         "fingerprint": {
             "covers": "method, path, query and body (JSON canonicalized: member order and whitespace do not count; numbers and strings as written)",

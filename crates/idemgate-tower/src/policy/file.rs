@@ -239,6 +239,19 @@ fn resolve(
             "{field}.in_flight_retry_after: must be from 1s to 1h"
         ));
     }
+    let redacts = policy.store_response == super::StoreResponse::Redacted;
+    match (redacts, policy.redact_json_pointers.is_empty()) {
+        (true, true) => errs.push(format!(
+            "{field}.redact_json_pointers: store_response = \"redacted\" names no value to redact"
+        )),
+        // A status-only route stores no body: its pointers (from `[defaults]`) are moot.
+        (false, false) if policy.store_response == super::StoreResponse::Full => {
+            errs.push(format!(
+                "{field}.redact_json_pointers: redacts nothing unless store_response = \"redacted\" (it is \"full\"; set redact_json_pointers = [] on a route that stores responses whole)"
+            ))
+        }
+        _ => {}
+    }
     for (list, problem) in policy.status_rules().unreachable() {
         errs.push(format!("{field}.{list}: {problem}"));
     }

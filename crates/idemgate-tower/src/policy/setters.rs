@@ -14,6 +14,7 @@ use std::time::Duration;
 use http::{HeaderName, StatusCode};
 use idemgate_core::engine::LeaseExpiredPolicy;
 use idemgate_core::lifecycle::InFlightPolicy;
+use idemgate_core::redact::StoreResponse;
 
 use super::{RoutePolicy, StatusPattern};
 use crate::limits::PrincipalLimits;
@@ -55,6 +56,8 @@ setters! {
     with_max_body_bytes => max_body_bytes: usize,
     with_max_decoded_body_bytes => max_decoded_body_bytes: Option<usize>,
     with_max_stored_response_bytes => max_stored_response_bytes: usize,
+    with_store_response => store_response: StoreResponse,
+    with_redact_json_pointers => redact_json_pointers: Vec<String>,
     with_replay_deny_headers => replay_deny_headers: Vec<HeaderName>,
     with_limits => limits: PrincipalLimits,
     with_record_ttl_header => record_ttl_header: bool,

@@ -11,12 +11,50 @@ use tokio::sync::{watch, Notify};
 use crate::events::{EventKind, KeyEvent, KeyId, Released};
 use crate::record::{IdempotencyRecord, UnixMillis};
 
-/// What the waiters of a key know of it: the watcher's last read, and the last release.
+/// Releases of one key a waiter can still catch up on, however late it wakes.
+const KEPT_RELEASES: usize = 8;
+
+/// What the waiters of a key know of it: the watcher's last read, and its last releases.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Seen {
     pub(super) read: Read,
-    /// The key's last release known, numbered in the order this process learnt them.
-    pub(super) released: Option<(u64, Released)>,
+    /// The key's last [`KEPT_RELEASES`] releases, oldest first, numbered in the order this
+    /// process learnt them: a waiter woken once for two releases (a rerun released at once)
+    /// still sees the first, whose rerun the second ended.
+    released: [Option<(u64, Released)>; KEPT_RELEASES],
+}
+
+impl Seen {
+    /// The number of the last release known (0 for none).
+    pub(super) fn last_release(&self) -> u64 {
+        self.released
+            .iter()
+            .rev()
+            .flatten()
+            .next()
+            .map_or(0, |(n, _)| *n)
+    }
+
+    /// The releases numbered above `n`, oldest first.
+    pub(super) fn releases_after(&self, n: u64) -> impl Iterator<Item = (u64, Released)> + '_ {
+        self.released
+            .iter()
+            .flatten()
+            .copied()
+            .filter(move |(m, _)| *m > n)
+    }
+
+    /// Adds release `r` as number `n`, unless it is the last one already (heard twice: in
+    /// process and from the store). True when added.
+    fn push_release(&mut self, n: u64, r: Released) -> bool {
+        let last = self.released.iter().rev().flatten().next();
+        if last.is_some_and(|(_, known)| *known == r) {
+            return false;
+        }
+        self.released.rotate_left(1);
+        self.released[KEPT_RELEASES - 1] = Some((n, r));
+        true
+    }
 }
 
 /// The watcher's last read of a key's record.
@@ -145,12 +183,7 @@ impl Waiters {
             EventKind::Written => slot.poke.notify_one(),
             EventKind::Released(r) => {
                 let n = self.releases.fetch_add(1, Ordering::Relaxed) as u64 + 1;
-                slot.seen.send_modify(|seen| {
-                    // The same release heard twice (in process and from the store) counts once.
-                    if seen.released.is_none_or(|(_, known)| known != r) {
-                        seen.released = Some((n, r));
-                    }
-                });
+                slot.seen.send_if_modified(|seen| seen.push_release(n, r));
                 // Then a read: who runs it again shows there.
                 slot.poke.notify_one();
             }

@@ -48,7 +48,7 @@ enum Stop {
 
 impl Wait {
     pub(super) fn new(place: Place, deadline: Instant) -> Self {
-        let releases_seen = place.seen.borrow().released.map_or(0, |(n, _)| n);
+        let releases_seen = place.seen.borrow().last_release();
         Self {
             place,
             deadline,
@@ -159,15 +159,37 @@ impl Wait {
         }
     }
 
-    /// What a release newer than the last one looked at means for this waiter: `None` when
-    /// it waits on (another's lease, or another waiter of this process acquires it).
+    /// What the releases newer than the last one looked at mean for this waiter, in the
+    /// order they came: `None` when it waits on (another's lease, or another waiter of this
+    /// process acquires it).
     async fn released(
         &mut self,
         seen: &Seen,
         mut gone: Pin<&mut impl Future<Output = ()>>,
     ) -> Option<Waited> {
-        let (n, released) = seen.released.filter(|(n, _)| *n > self.releases_seen)?;
-        self.releases_seen = n;
+        let last = seen.last_release();
+        for (n, released) in seen.releases_after(self.releases_seen) {
+            self.releases_seen = n;
+            let rerun_released = n < last;
+            if let Some(waited) = self
+                .release(n, released, rerun_released, gone.as_mut())
+                .await
+            {
+                return Some(waited);
+            }
+        }
+        None
+    }
+
+    /// What release `n` means for this waiter (see [`Wait::released`]). `superseded`: a
+    /// later release is known already (the rerun of this one ended released too).
+    async fn release(
+        &mut self,
+        n: u64,
+        released: Released,
+        superseded: bool,
+        mut gone: Pin<&mut impl Future<Output = ()>>,
+    ) -> Option<Waited> {
         // Someone else's lease, while the one waited on was not released: not this chain.
         if self.waited_on.is_some_and(|w| w != released.lease) && !self.follows {
             return None;
@@ -180,6 +202,9 @@ impl Wait {
             return Some(answer);
         }
         self.follows = true;
+        if superseded {
+            return None; // its rerun was released too: that release answers
+        }
         let wait = Duration::from_millis(released.retry_after_ms.unwrap_or(0));
         let at = Instant::now() + wait;
         if at > self.deadline {
@@ -196,13 +221,7 @@ impl Wait {
                 }));
             }
             // Released again meanwhile (another process reran it): this try is spent.
-            if self
-                .place
-                .seen
-                .borrow()
-                .released
-                .is_some_and(|(m, _)| m > n)
-            {
+            if self.place.seen.borrow().last_release() > n {
                 return Some(answer);
             }
         }

@@ -32,9 +32,8 @@ pub(super) fn kind(key: &str, ty: &syn::Type, default: Option<&toml::Value>) -> 
         "String" if is_duration(default) => "duration".into(),
         "String" if key.ends_with("_file") => "path".into(),
         "String" if key.ends_with("listen") => "address".into(),
-        "String" | "LeaseExpiredPolicy" | "InFlightPolicy" | "TrailingSlash" | "EncodedSlash" => {
-            "string".into()
-        }
+        "String" | "LeaseExpiredPolicy" | "InFlightPolicy" | "TrailingSlash" | "EncodedSlash"
+        | "StoreResponse" => "string".into(),
         other => panic!("{key}: the generator does not know type {other}"),
     }
 }

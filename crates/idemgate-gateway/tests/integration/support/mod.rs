@@ -25,7 +25,8 @@ pub(crate) use relay::Relay;
 /// (`N` more headers, `x-h-0: v0` to `x-h-{N-1}`), `first_status=N` (the upstream's first
 /// execution answers `N` instead), `status_seq=a,b,..` and `delay_ms_seq=a,b,..` (the n-th
 /// execution's, the last one after), `retry_after=S` and `retry_after_seq` (a `Retry-After: S` header),
-/// `challenge=1` (a `401` carries `WWW-Authenticate`).
+/// `challenge=1` (a `401` carries `WWW-Authenticate`), `reserved=1` (`Idempotent-Redacted` and
+/// `Idempotent-Body-Omitted`, reserved for idemgate).
 #[derive(Clone)]
 pub(crate) struct Upstream {
     pub(crate) base: String,
@@ -122,6 +123,11 @@ async fn handler(
     }
     if let Some(v) = nth("retry_after").or(num("retry_after")) {
         extra.insert(axum::http::header::RETRY_AFTER, v.into());
+    }
+    if q.contains_key("reserved") {
+        for name in ["idempotent-redacted", "idempotent-body-omitted"] {
+            extra.insert(name, "true".parse().unwrap());
+        }
     }
     if q.contains_key("challenge") && status == StatusCode::UNAUTHORIZED {
         let challenge = "Bearer error=\"invalid_token\"".parse().unwrap();
