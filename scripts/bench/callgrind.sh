@@ -13,7 +13,10 @@
 # postgres://postgres@127.0.0.1:5432/test; a table of the run's own, dropped at the end).
 # Needs valgrind, nginx-light, libnginx-mod-http-echo, python3 (redis-cli for redis, psql for
 # postgres). Knobs: IDEMGATE_BIN, GATEWAY_PORT UPSTREAM_PORT (18101 18080; nginx also takes the
-# next two), CG_KEEP=DIR (keeps the callgrind output there, for callgrind_annotate).
+# next two), CG_KEEP=DIR (keeps the callgrind output there, for callgrind_annotate),
+# CG_DEFAULTS (lines added to the gateway's [defaults], e.g. to count a feature's cost:
+# CG_DEFAULTS='store_response = "redacted"
+# redact_json_pointers = ["/id"]'; the upstream answers {"id":"…","status":"created"}).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 ST=${1:?store: memory, sqlite, redis or postgres} MODE=${2:?mode: fresh, replay or pass}
@@ -43,6 +46,7 @@ case $ST in
   *) die "store must be memory, sqlite, redis or postgres" ;;
 esac
 write_gateway_conf "$OUT/gw.toml" "$GW_PORT" "$UP" "$SU" "$EXTRA"
+[ -n "${CG_DEFAULTS:-}" ] && printf '%s\n' "$CG_DEFAULTS" >>"$OUT/gw.toml"
 (cd "$OUT" && RUST_LOG=warn exec valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" \
   "$BIN" serve --config gw.toml) >"$OUT/log" 2>&1 &
 GW=$!; remember_pid "$GW"
