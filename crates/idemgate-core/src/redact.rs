@@ -48,8 +48,9 @@ pub enum StoreResponse {
     Full,
     /// As `Full`, with the values the route's `redact_json_pointers` name replaced by
     /// `"[redacted]"`; a retry gets that body and `Idempotent-Redacted: true`. A body that is
-    /// not JSON (or has duplicate member names, or nests deeper than 128) or is encoded
-    /// (`Content-Encoding`) is stored as `StatusOnly`.
+    /// not JSON (or has duplicate member names, or nests deeper than 128), is encoded
+    /// (`Content-Encoding`) or whose redacted form is over the route's stored-size cap is
+    /// stored as `StatusOnly`.
     Redacted,
     /// Status and kept headers, no body; a retry gets an empty body and
     /// `Idempotent-Body-Omitted: true`.
@@ -73,13 +74,14 @@ pub fn is_form_header(name: &str) -> bool {
 }
 
 /// `response` in the stored form `form` asks for (see the module). `encoded`: the response
-/// carried a `Content-Encoding` other than `identity`. A response that is not replayable,
-/// or stored `Full`, is returned as it is.
+/// carried a `Content-Encoding` other than `identity`. A redacted body longer than
+/// `max_bytes` (a value of one byte becomes twelve) is stored status-only. A response that
+/// is not replayable, or stored `Full`, is returned as it is.
 pub fn store_form(
     mut response: StoredResponse,
     form: StoreResponse,
     pointers: &[String],
-    encoded: bool,
+    (encoded, max_bytes): (bool, usize),
 ) -> StoredResponse {
     if !response.replayable || form == StoreResponse::Full {
         return response;
@@ -88,6 +90,7 @@ pub fn store_form(
         StoreResponse::Redacted if !encoded => redact_json(&response.body, pointers),
         _ => None,
     };
+    let redacted = redacted.filter(|body| body.len() <= max_bytes);
     let marker = match redacted {
         Some(body) => {
             if body != response.body {

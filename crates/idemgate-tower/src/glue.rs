@@ -247,8 +247,9 @@ async fn panicked<St: IdempotencyStore, E>(
 
 /// The outcome to record for what the upstream sent, by the route's status rules, and the
 /// response for the client.
-fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Response<BoxBody>) {
+fn record(covered: &Covered, mut parts: Parts, received: Received) -> (Outcome, Response<BoxBody>) {
     let rp = &covered.route;
+    crate::replay::strip_reserved(&mut parts.headers);
     let stored = |body: Bytes, replayable: bool| {
         let whole = StoredResponse {
             status: parts.status.as_u16(),
@@ -264,7 +265,8 @@ fn record(covered: &Covered, parts: Parts, received: Received) -> (Outcome, Resp
             .get_all(http::header::CONTENT_ENCODING)
             .iter()
             .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-        store_form(whole, rp.store_response, &rp.redact_json_pointers, encoded)
+        let limits = (encoded, rp.max_stored_response_bytes);
+        store_form(whole, rp.store_response, &rp.redact_json_pointers, limits)
     };
     let keep = |body: Bytes, replayable: bool| storable(covered.label(), stored(body, replayable));
     let (outcome, body) = match (rp.action_for(parts.status, &parts.headers), received) {

@@ -130,8 +130,9 @@ pub struct RoutePolicy {
     /// What is stored of a response kept for replay: `"full"` (the default: status,
     /// headers, body); `"redacted"`: the JSON body with the values `redact_json_pointers`
     /// name replaced by `"[redacted]"`, every other byte kept, and retries get
-    /// `Idempotent-Redacted: true` (a body that is not JSON, has duplicate member names or
-    /// is compressed is stored as `"status-only"`); `"status-only"`: status and headers,
+    /// `Idempotent-Redacted: true` (a body that is not JSON, has duplicate member names, is
+    /// compressed or whose redacted form exceeds `max_stored_response_bytes` is stored as
+    /// `"status-only"`); `"status-only"`: status and headers,
     /// and retries get an empty body and `Idempotent-Body-Omitted: true`. The first client
     /// always gets the whole response. A changed body is stored without `ETag`,
     /// `Content-Digest`, `Repr-Digest` and `Content-MD5`. See [`StoreResponse`].

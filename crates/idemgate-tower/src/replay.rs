@@ -110,6 +110,28 @@ fn never_replayed(name: &HeaderName) -> bool {
         || *name == header::DATE
 }
 
+/// Removes the reserved `Idempotent-*` headers an upstream sent (only idemgate says a
+/// response is a replay, a takeover, redacted or resolved): the first client never gets
+/// them from the upstream. One pass over the names when there are none.
+pub(crate) fn strip_reserved(headers: &mut HeaderMap) {
+    if !headers
+        .keys()
+        .any(|n| n.as_str().starts_with("idempotent-"))
+    {
+        return;
+    }
+    for name in [
+        IDEMPOTENT_REPLAYED,
+        IDEMPOTENT_TAKEOVER,
+        IDEMPOTENT_REDACTED,
+        IDEMPOTENT_BODY_OMITTED,
+        IDEMPOTENT_RESOLVED,
+        IDEMPOTENT_RESOLVED_DETAIL,
+    ] {
+        headers.remove(name);
+    }
+}
+
 /// The response headers kept for replay: all but hop-by-hop ones, `content-length`,
 /// `set-cookie`, `date` and the reserved `Idempotent-*` headers (never replayed, whatever
 /// the configuration says; the stored form's marker is idemgate's own) and the `deny` list,

@@ -89,7 +89,7 @@ fn the_stored_form_is_marked_and_headers_bound_to_the_body_go_with_a_change() {
         response(r#"{"secret":"s3cr3t"}"#, &headers),
         StoreResponse::Redacted,
         &pointers,
-        false,
+        (false, 1 << 20),
     );
     assert_eq!(r.body, &br#"{"secret":"[redacted]"}"#[..]);
     assert_eq!(names(&r), ["content-type", REDACTED_HEADER]);
@@ -98,7 +98,7 @@ fn the_stored_form_is_marked_and_headers_bound_to_the_body_go_with_a_change() {
         response(r#"{"other":1}"#, &headers),
         StoreResponse::Redacted,
         &pointers,
-        false,
+        (false, 1 << 20),
     );
     assert_eq!(
         names(&r),
@@ -110,7 +110,7 @@ fn the_stored_form_is_marked_and_headers_bound_to_the_body_go_with_a_change() {
             response(body, &headers),
             StoreResponse::Redacted,
             &pointers,
-            encoded,
+            (encoded, 1 << 20),
         );
         assert!(r.body.is_empty());
         assert_eq!(names(&r), ["content-type", BODY_OMITTED_HEADER]);
@@ -119,13 +119,41 @@ fn the_stored_form_is_marked_and_headers_bound_to_the_body_go_with_a_change() {
         response("s3cr3t", &headers),
         StoreResponse::StatusOnly,
         &[],
-        false,
+        (false, 1 << 20),
     );
     assert!(r.body.is_empty() && r.replayable);
     assert_eq!(names(&r), ["content-type", BODY_OMITTED_HEADER]);
     let full = response("s3cr3t", &headers);
     assert_eq!(
-        store_form(full.clone(), StoreResponse::Full, &pointers, false),
+        store_form(
+            full.clone(),
+            StoreResponse::Full,
+            &pointers,
+            (false, 1 << 20)
+        ),
         full
     );
+}
+
+#[test]
+fn a_redacted_body_over_the_stored_size_cap_is_stored_status_only() {
+    // 43 bytes; each `1` becomes `"[redacted]"`: 241 bytes.
+    let body = format!("{{\"s\":[{}]}}", vec!["1"; 18].join(","));
+    let pointers = vec!["/s/*".to_string()];
+    let r = store_form(
+        response(&body, &[]),
+        StoreResponse::Redacted,
+        &pointers,
+        (false, 240),
+    );
+    assert!(r.body.is_empty());
+    assert_eq!(names(&r), [BODY_OMITTED_HEADER]);
+    let r = store_form(
+        response(&body, &[]),
+        StoreResponse::Redacted,
+        &pointers,
+        (false, 241),
+    );
+    assert_eq!(r.body.len(), 241);
+    assert_eq!(names(&r), [REDACTED_HEADER]);
 }

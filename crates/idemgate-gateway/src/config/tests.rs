@@ -384,12 +384,31 @@ fn redaction_needs_pointers_and_pointers_need_redaction() {
             "[defaults]\nstore_response = \"secret\"\n",
             "store_response",
         ),
+        (
+            "[defaults]\nstore_response = \"redacted\"\nredact_json_pointers = [\"/a~2b\"]\n",
+            "`~` is written only as `~0`",
+        ),
+        (
+            "[defaults]\nstore_response = \"redacted\"\nredact_json_pointers = [\"/a~\"]\n",
+            "`~` is written only as `~0`",
+        ),
+        (
+            "[defaults]\nstore_response = \"redacted\"\nredact_json_pointers = [\"\"]\n",
+            "names the whole body",
+        ),
+        (
+            "[defaults]\nignore_json_pointers = [\"/x~3\"]\n",
+            "`~` is written only as `~0`",
+        ),
     ] {
         let errs = match toml::from_str::<Config>(&format!("{up}{text}")) {
             Ok(c) => c.validate().unwrap_err(),
             Err(e) => vec![e.to_string()],
         };
         assert!(errs.iter().any(|e| e.contains(want)), "{text}: {errs:#?}");
+        if text.contains("[\"") || text.contains("secret") {
+            assert_eq!(errs.len(), 1, "one problem, one error: {errs:#?}");
+        }
     }
     for ok in [
         "[defaults]\nstore_response = \"redacted\"\nredact_json_pointers = [\"/card/number\", \"/keys/*/secret\"]\n",

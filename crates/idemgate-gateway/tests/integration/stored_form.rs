@@ -175,6 +175,16 @@ async fn an_upstream_cannot_mark_its_own_response_redacted() {
         .await
         .unwrap();
     assert_eq!(first.status(), 201);
+    for reserved in [
+        "idempotent-redacted",
+        "idempotent-body-omitted",
+        "idempotent-replayed",
+    ] {
+        assert!(
+            first.headers().get(reserved).is_none(),
+            "{reserved} from the upstream"
+        );
+    }
     let seen = up.last_headers();
     assert!(
         seen.get("idempotent-redacted").is_none(),

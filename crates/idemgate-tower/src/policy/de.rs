@@ -114,11 +114,21 @@ pub(super) mod headers {
 
 /// JSON Pointers (RFC 6901): `["/client_ts"]`.
 pub(super) fn pointers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    each(d, |p| match p.starts_with('/') {
-        true => Ok(p.to_owned()),
-        false => Err(format!(
-            "`{p}` is not a JSON Pointer (RFC 6901), e.g. \"/client_ts\""
-        )),
+    each(d, |p| {
+        if p.is_empty() {
+            return Err("`\"\"` names the whole body, which is not allowed here; name a member, e.g. \"/client_ts\"".into());
+        }
+        // RFC 6901 §3: `~` only as `~0` (a `~`) or `~1` (a `/`).
+        let bad_escape = p.split('~').skip(1).any(|t| !t.starts_with(['0', '1']));
+        match p.starts_with('/') && !bad_escape {
+            true => Ok(p.to_owned()),
+            false if bad_escape => Err(format!(
+                "`{p}` is not a JSON Pointer (RFC 6901): `~` is written only as `~0` (a `~`) or `~1` (a `/`)"
+            )),
+            false => Err(format!(
+                "`{p}` is not a JSON Pointer (RFC 6901), e.g. \"/client_ts\""
+            )),
+        }
     })
 }
 

@@ -240,7 +240,12 @@ fn resolve(
         ));
     }
     let redacts = policy.store_response == super::StoreResponse::Redacted;
+    let refused = ["store_response", "redact_json_pointers"]
+        .map(|key| format!("{field}.{key}:"))
+        .iter()
+        .any(|prefix| errs.iter().any(|e| e.starts_with(prefix.as_str())));
     match (redacts, policy.redact_json_pointers.is_empty()) {
+        _ if refused => {}
         (true, true) => errs.push(format!(
             "{field}.redact_json_pointers: store_response = \"redacted\" names no value to redact"
         )),

@@ -25,8 +25,8 @@ pub(crate) use relay::Relay;
 /// (`N` more headers, `x-h-0: v0` to `x-h-{N-1}`), `first_status=N` (the upstream's first
 /// execution answers `N` instead), `status_seq=a,b,..` and `delay_ms_seq=a,b,..` (the n-th
 /// execution's, the last one after), `retry_after=S` and `retry_after_seq` (a `Retry-After: S` header),
-/// `challenge=1` (a `401` carries `WWW-Authenticate`), `reserved=1` (`Idempotent-Redacted` and
-/// `Idempotent-Body-Omitted`, reserved for idemgate).
+/// `challenge=1` (a `401` carries `WWW-Authenticate`), `reserved=1` (`Idempotent-Redacted`,
+/// `Idempotent-Body-Omitted` and `Idempotent-Replayed`, reserved for idemgate).
 #[derive(Clone)]
 pub(crate) struct Upstream {
     pub(crate) base: String,
@@ -125,7 +125,11 @@ async fn handler(
         extra.insert(axum::http::header::RETRY_AFTER, v.into());
     }
     if q.contains_key("reserved") {
-        for name in ["idempotent-redacted", "idempotent-body-omitted"] {
+        for name in [
+            "idempotent-redacted",
+            "idempotent-body-omitted",
+            "idempotent-replayed",
+        ] {
             extra.insert(name, "true".parse().unwrap());
         }
     }
