@@ -233,6 +233,25 @@ impl KeyServiceClient {
         self.send(req).await
     }
 
+    /// How long a call may take (the default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// `POST {path}` with `body`, answered within `timeout` (not the client's): a
+    /// long-poll.
+    pub(crate) async fn post_within<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<R, ClientError> {
+        let req = self
+            .authorized(self.http.post(format!("{}{path}", self.base)))
+            .json(body);
+        Self::send_within(req, timeout).await
+    }
+
     /// `GET {path}`.
     pub(crate) async fn get<R: DeserializeOwned>(&self, path: &str) -> Result<R, ClientError> {
         let req = self.authorized(self.http.get(format!("{}{path}", self.base)));
@@ -250,6 +269,13 @@ impl KeyServiceClient {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<R, ClientError> {
+        Self::send_within(req, self.timeout).await
+    }
+
+    async fn send_within<R: DeserializeOwned>(
+        req: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<R, ClientError> {
         let call = async {
             let resp = req.send().await.map_err(ClientError::Unreachable)?;
             let status = resp.status();
@@ -263,9 +289,9 @@ impl KeyServiceClient {
                 Err(_) => ClientError::Decode(format!("status {status} without a problem body")),
             })
         };
-        tokio::time::timeout(self.timeout, call)
+        tokio::time::timeout(timeout, call)
             .await
-            .unwrap_or(Err(ClientError::Timeout(self.timeout)))
+            .unwrap_or(Err(ClientError::Timeout(timeout)))
     }
 }
 

@@ -10,9 +10,12 @@
 //! refusal before its store was called: [`StoreError::Refused`].
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use idemgate_core::events::{EventSink, KeyEvent};
 use idemgate_core::record::duration_ms;
 use idemgate_core::store::Result;
 use idemgate_core::{
@@ -25,17 +28,24 @@ use serde::Serialize;
 use crate::client::{ClientError, KeyServiceClient};
 use crate::store_wire::*;
 
+mod events;
+
 /// An [`IdempotencyStore`] whose records live in a key service
 /// (`store = "idemgate://host:port"`), in the namespace of the client's token.
 #[derive(Clone, Debug)]
 pub struct KeyServiceStore {
     client: KeyServiceClient,
+    /// The long-poll of key events runs (`events.rs`).
+    listening: Arc<AtomicBool>,
 }
 
 impl KeyServiceStore {
     /// A store over `client` (its URL, token and timeout).
     pub fn new(client: KeyServiceClient) -> Self {
-        Self { client }
+        Self {
+            client,
+            listening: Arc::default(),
+        }
     }
 
     /// A store over a new client of `url` (`idemgate://host:port`, or `idemgates://` with the
@@ -114,6 +124,25 @@ fn lease_body(lease: &Lease) -> StoreLease {
 }
 
 impl IdempotencyStore for KeyServiceStore {
+    /// `POST /v1/store/announce` (`store/events.rs`).
+    async fn announce(&self, event: &KeyEvent) -> Result<()> {
+        self.publish(event).await
+    }
+
+    /// A long-poll of `POST /v1/wait` (`store/events.rs`).
+    async fn listen(&self, sink: EventSink) {
+        self.long_poll(sink).await
+    }
+
+    /// While the long-poll runs the poll only covers a lost event; otherwise it is how
+    /// other processes' outcomes are seen.
+    fn event_poll(&self) -> Duration {
+        match self.listening.load(Ordering::Relaxed) {
+            true => Duration::from_secs(2),
+            false => Duration::from_millis(250),
+        }
+    }
+
     async fn insert_or_get(&self, req: &InsertRequest) -> Result<InsertOutcome> {
         let body = InsertBody {
             key: StoreKey::from_core(&req.key),

@@ -197,7 +197,42 @@ wire_types! {
         /// Always true.
         pub ok: bool,
     }
+
+    /// `POST /v1/store/announce`: a key event for the callers of `/v1/wait` in the same
+    /// namespace (`idemgate_core::events::KeyEvent::encode`'s text).
+    #[serde(deny_unknown_fields)]
+    pub struct AnnounceBody {
+        /// `w <key id>` or `r <key id> <lease id> <status> <retry-after ms or ->`.
+        #[cfg_attr(feature = "openapi", schema(max_length = 90))]
+        pub event: String,
+    }
+
+    /// `POST /v1/wait`: the key events of the caller's namespace after `after`, waiting up
+    /// to `wait_ms` for one.
+    #[serde(deny_unknown_fields)]
+    pub struct WaitBody {
+        /// The `cursor` of the previous answer; `null` to start (answered at once, with
+        /// the current cursor and no events).
+        pub after: Option<String>,
+        /// How long to wait for an event, in ms (0 to 30,000).
+        #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 30000))]
+        pub wait_ms: u64,
+    }
+
+    /// The answer of `/v1/wait`.
+    pub struct WaitAnswer {
+        /// Where the next call starts (`after`).
+        pub cursor: String,
+        /// Events in the order they came, at most 256 (call again at once for more).
+        pub events: Vec<String>,
+        /// Events may have been lost since `after` (the service restarted, or kept fewer
+        /// than came): read again every key you wait on.
+        pub missed: bool,
+    }
 }
+
+/// Longest `/v1/wait`, in ms.
+pub const MAX_EVENT_WAIT_MS: u64 = 30_000;
 
 mod convert;
 pub use convert::{parse_token, token_hex};

@@ -94,6 +94,14 @@ pub struct KeyEvent {
 }
 
 impl KeyEvent {
+    /// [`EventKind::Written`] for `key`: its record changed, read it again.
+    pub fn written(key: &ScopedKey) -> Self {
+        Self {
+            key: KeyId::of(key),
+            kind: EventKind::Written,
+        }
+    }
+
     /// The event as one line of ASCII text, at most 90 bytes (see the module).
     pub fn encode(&self) -> String {
         let id = hex::encode(self.key.0);
@@ -185,6 +193,9 @@ mod tests {
             assert!(text.len() <= 90, "{text}");
             assert_eq!(KeyEvent::decode(&text), Some(event), "{text}");
         }
+        let written = KeyEvent::written(&unique_key("alice"));
+        assert_eq!(written.kind, EventKind::Written);
+        assert_ne!(written.key, key, "another key");
     }
 
     #[test]

@@ -113,20 +113,21 @@ pub async fn run(
     let host = Host::start(&base, &store, admin, shutdown);
     crate::telemetry::register_key_service(&config.service, store.backend());
     let lifecycle = Lifecycle::new(store.clone(), config.base.policy.lifecycle.clone());
-    let router = idemgate_key_service::router(KeyService::new(lifecycle.clone(), &config.service));
+    let service = KeyService::new(lifecycle, &config.service);
+    let router = idemgate_key_service::router(service.clone());
     tracing::info!(
         listen = %listener.local_addr()?,
         tls = config.base.tls.listener.is_some(),
         store = store.backend(),
         "idemgate key service listening"
     );
-    host.run(listener, App { router, lifecycle }).await
+    host.run(listener, App { router, service }).await
 }
 
 /// The key service's API, whose waits end when shutdown begins.
 struct App {
     router: axum::Router,
-    lifecycle: Lifecycle<AnyStore>,
+    service: Arc<KeyService<AnyStore>>,
 }
 
 impl crate::host::Service for App {
@@ -134,10 +135,10 @@ impl crate::host::Service for App {
         self.router.clone()
     }
 
-    /// `/v1/acquire` calls waiting with `wait_ms` answer `in_flight` at once: the drain does
-    /// not wait up to their `wait_ms`, and no waiter starts a run.
+    /// `/v1/acquire` calls waiting with `wait_ms` answer `in_flight`, and `/v1/wait` calls
+    /// answer, at once ([`KeyService::end_waits`]).
     fn on_stop(&self) -> impl FnOnce() + Send + 'static {
-        let lifecycle = self.lifecycle.clone();
-        move || lifecycle.end_waits()
+        let service = self.service.clone();
+        move || service.end_waits()
     }
 }

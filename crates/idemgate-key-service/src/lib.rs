@@ -8,7 +8,8 @@
 //!   namespaces.
 //! - [`api`]: `/v1/acquire` (drives the core [`Lifecycle`]); [`outcome`]: `/v1/renew`,
 //!   `/v1/complete`, `/v1/fail`, `/v1/release`; [`records`]: `GET /v1/records`;
-//!   [`store_api`]: `/v1/store/...` for [`idemgate_client::KeyServiceStore`];
+//!   [`store_api`]: `/v1/store/...` for [`idemgate_client::KeyServiceStore`]; [`events`]:
+//!   `POST /v1/wait` and `POST /v1/store/announce`, key events between callers;
 //!   [`openapi`]: `/v1/openapi.json`; [`problem`]: errors as problem details.
 //! - [`counters`]: the counters on `/metrics`, every series registered at 0 at start-up.
 //!
@@ -38,6 +39,7 @@ use serde::{Deserialize, Serialize};
 pub mod api;
 pub mod auth;
 pub mod counters;
+pub mod events;
 mod fingerprint;
 pub mod openapi;
 pub mod outcome;
@@ -132,6 +134,7 @@ pub struct KeyService<St> {
     lifecycle: Lifecycle<St>,
     clients: Clients,
     max_request_bytes: usize,
+    events: events::EventHub,
 }
 
 impl<St: IdempotencyStore> KeyService<St> {
@@ -148,12 +151,21 @@ impl<St: IdempotencyStore> KeyService<St> {
             lifecycle,
             clients: settings.clients.clone(),
             max_request_bytes: settings.max_request_bytes,
+            events: events::EventHub::default(),
         })
     }
 
     /// The lifecycle (and through it the store).
     pub fn lifecycle(&self) -> &Lifecycle<St> {
         &self.lifecycle
+    }
+
+    /// For a process that stops: `/v1/acquire` calls waiting with `wait_ms` answer
+    /// `in_flight`, and `/v1/wait` calls answer, at once (the drain does not wait for them),
+    /// and no waiter starts a run.
+    pub fn end_waits(&self) {
+        self.lifecycle.end_waits();
+        self.events.close();
     }
 }
 
@@ -174,6 +186,8 @@ pub fn router<St: IdempotencyStore>(service: Arc<KeyService<St>>) -> Router {
         .route("/v1/fail", post(outcome::fail::<St>))
         .route("/v1/release", post(outcome::release::<St>))
         .route("/v1/records", get(records::records::<St>))
+        .route("/v1/wait", post(events::wait::<St>))
+        .route("/v1/store/announce", post(events::announce::<St>))
         .route("/v1/store/insert_or_get", post(store::insert_or_get::<St>))
         .route("/v1/store/take_over", post(store::take_over::<St>))
         .route("/v1/store/renew", post(store::renew::<St>))

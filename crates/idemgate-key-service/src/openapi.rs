@@ -20,6 +20,7 @@ use utoipa::{Modify, OpenApi};
         crate::store_api::doc_renew, crate::store_api::doc_complete,
         crate::store_api::doc_fail, crate::store_api::doc_release,
         crate::store_api::doc_get, crate::store_api::doc_purge, crate::store_api::ping,
+        crate::events::wait, crate::events::announce,
     ),
     components(schemas(
         AcquireRequest, AcquireResponse, RequestParts, LeaseExpired, LeaseInfo, LeaseRef,
@@ -27,7 +28,7 @@ use utoipa::{Modify, OpenApi};
         OutcomeResponse, RecordView, StoredView, Problem, StoreKey, StoreFingerprint,
         StoreLease, StoreResponse, StoreRecord, InsertBody, InsertAnswer, TakeOverBody,
         TakeOverAnswer, RenewBody, RenewAnswer, CompleteBody, LeaseBody, GetBody, GetAnswer,
-        PurgeBody, PurgeAnswer, Done
+        PurgeBody, PurgeAnswer, Done, AnnounceBody, WaitBody, WaitAnswer
     )),
     modifiers(&Bearer),
     tags(

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use idemgate_client::wire::*;
+use idemgate_core::events::{EventKind, KeyEvent, KeyId, Released};
 use idemgate_core::lifecycle::RoutePlan;
-use idemgate_core::{IdempotencyStore, Lease, RecordState, StoreError, StoredResponse};
+use idemgate_core::{IdempotencyStore, Lease, RecordState, ScopedKey, StoreError, StoredResponse};
 
 use crate::api::{lease_info, store_error};
 use crate::auth::Caller;
@@ -88,8 +89,11 @@ pub async fn complete<St: IdempotencyStore>(
     let written = s
         .timed(s.lifecycle.store().complete(&lease, &response))
         .await;
-    s.settle(written, &lease, RecordState::Completed, Some(&response))
-        .await
+    let answer = s
+        .settle(written, &lease, RecordState::Completed, Some(&response))
+        .await?;
+    s.tell(&caller, &req.principal, &lease, None, &answer);
+    Ok(answer)
 }
 
 /// `POST /v1/fail`.
@@ -109,7 +113,9 @@ pub async fn fail<St: IdempotencyStore>(
 ) -> Result<Json<OutcomeResponse>, ApiError> {
     let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
     let written = s.timed(s.lifecycle.store().fail(&lease)).await;
-    s.settle(written, &lease, RecordState::Failed, None).await
+    let answer = s.settle(written, &lease, RecordState::Failed, None).await?;
+    s.tell(&caller, &req.principal, &lease, None, &answer);
+    Ok(answer)
 }
 
 /// `POST /v1/release`: the operation did not run; the key may be used again.
@@ -132,10 +138,46 @@ pub async fn release<St: IdempotencyStore>(
     s.call(s.lifecycle.store().release(&lease)).await?;
     // Callers waiting on the key (`wait_ms`): one acquires it.
     s.lifecycle.outcome_landed(&lease, Some(released)).await;
-    Ok(landed("released", false))
+    let answer = landed("released", false);
+    s.tell(&caller, &req.principal, &lease, Some(released), &answer);
+    Ok(answer)
 }
 
 impl<St: IdempotencyStore> KeyService<St> {
+    /// Tells the callers of `/v1/wait` in `caller`'s namespace that `lease`'s key changed
+    /// (`released`: released, with the status and `Retry-After` ms its caller answered),
+    /// unless `answer` repeats an earlier write. The key id is [`KeyId::of`] over the
+    /// caller's own principal, scope and key, which the caller can compute.
+    fn tell(
+        &self,
+        caller: &Caller,
+        principal: &str,
+        lease: &Lease,
+        released: Option<(u16, Option<u64>)>,
+        answer: &OutcomeResponse,
+    ) {
+        if answer.repeated {
+            return;
+        }
+        let kind = match released {
+            Some((status, retry_after_ms)) => EventKind::Released(Released {
+                lease: Released::lease_id(lease),
+                status,
+                retry_after_ms,
+            }),
+            None => EventKind::Written,
+        };
+        let key = ScopedKey {
+            principal: principal.to_owned(),
+            ..lease.key.clone()
+        };
+        let event = KeyEvent {
+            key: KeyId::of(&key),
+            kind,
+        };
+        self.events.publish(&caller.namespace, &event);
+    }
+
     /// The answer to a `complete` (`state` completed, with `response`) or `fail` write:
     /// landed, or after `lease-lost` landed earlier when the record already holds this very
     /// outcome under this lease's fence (the caller's earlier write landed and its answer

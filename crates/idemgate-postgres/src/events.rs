@@ -5,6 +5,15 @@
 //! `NOTIFY` is not replicated: after a failover, or whenever the listening connection broke,
 //! the listener connects again and every waited key is read again ([`EventSink::missed`]);
 //! the waiters' slow poll covers what is missed in between.
+//!
+//! The `NOTIFY` is its own statement after the write committed, not part of the write's
+//! transaction: PostgreSQL serializes the commits of every transaction that notified (a
+//! database-wide lock held through the commit's WAL flush), so outcome writes that notify in
+//! their transaction lose group commit. Measured with pgbench on one server, 16 clients, an
+//! `UPDATE` of one row each: 5,711 transactions/s with the notification after the commit
+//! against 1,135/s with it in the `UPDATE`'s transaction (a CTE); at one client the latter
+//! saves one round trip (1.36 → 1.15 ms). A holder that dies between its commit and its
+//! `NOTIFY` leaves the others to their slow poll (2 s): a delay, never another answer.
 
 use std::time::Duration;
 

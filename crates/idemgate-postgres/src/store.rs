@@ -315,6 +315,12 @@ impl PostgresStore {
     /// get `409`); writes to it (a take-over, a renewal) wait for the commit or rollback,
     /// up to the statement timeout.
     ///
+    /// Duplicates that wait on the key (a route with `on_in_flight = "wait"`) in other
+    /// processes see the completion at their slow poll (2 s); to tell them at once, call
+    /// [`IdempotencyStore::announce`](idemgate_core::IdempotencyStore::announce) with
+    /// [`KeyEvent::written`](idemgate_core::events::KeyEvent::written) after the commit (not
+    /// inside the transaction: see `events.rs` for what a `NOTIFY` in it costs).
+    ///
     /// ```no_run
     /// # use idemgate_core::{Lease, StoredResponse};
     /// # use idemgate_postgres::PostgresStore;

@@ -254,3 +254,75 @@ async fn a_response_the_key_service_refuses_completes_as_not_kept() {
     drop(ks);
     gw.stop().await;
 }
+
+/// `POST /v1/wait` on `base` as `token`: its answer.
+async fn wait_call(
+    base: &str,
+    token: &str,
+    after: serde_json::Value,
+    wait_ms: u64,
+) -> serde_json::Value {
+    let body = serde_json::json!({ "after": after, "wait_ms": wait_ms });
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/v1/wait"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+/// Two gateways on one key service: a waiter on one hears the other's outcome through the
+/// key service (`/v1/store/announce`, then the long-poll `/v1/wait`), within a `max_wait`
+/// shorter than the slow poll; a caller of the same namespace sees the events, another
+/// namespace's does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_split_across_two_gateways_on_a_key_service_wait_for_one_run() {
+    let _serial = crate::waits::GAUGE.lock().await;
+    let ks = spawn(None, None).await;
+    let token = ks.dir.path().join("gateway.token");
+    std::fs::write(&token, TOKEN_A).unwrap();
+    let base = ks.base();
+    let alpha = wait_call(&base, TOKEN_A, serde_json::Value::Null, 0).await;
+    let beta = wait_call(&base, TOKEN_B, serde_json::Value::Null, 0).await;
+    let watch = {
+        let (base, cursor) = (base.clone(), alpha["cursor"].clone());
+        tokio::spawn(async move { wait_call(&base, TOKEN_A, cursor, 10_000).await })
+    };
+    let store = format!("idemgate://{}", ks.addr);
+    crate::waits::split_across_two_gateways(&store, |c| {
+        c.store_token_file = token.display().to_string();
+    })
+    .await;
+    let seen = watch.await.unwrap();
+    let events = seen["events"].as_array().unwrap();
+    assert!(
+        events.iter().any(|e| e.as_str().unwrap().starts_with("w ")),
+        "{seen}"
+    );
+    let other = wait_call(&base, TOKEN_B, beta["cursor"].clone(), 0).await;
+    assert_eq!(other["events"], serde_json::json!([]), "{other}");
+    assert_eq!(other["missed"], false);
+    let http = reqwest::Client::new();
+    for (path, body) in [
+        (
+            "/v1/wait",
+            serde_json::json!({ "after": null, "wait_ms": 30_001 }),
+        ),
+        (
+            "/v1/store/announce",
+            serde_json::json!({ "event": "w not-hex" }),
+        ),
+    ] {
+        let resp = http
+            .post(format!("{base}{path}"))
+            .bearer_auth(TOKEN_A)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{path}");
+    }
+}

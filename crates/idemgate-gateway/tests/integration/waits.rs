@@ -25,7 +25,7 @@ async fn waiting_gateway(up: &Upstream, edit: impl FnOnce(&mut Config)) -> (Gate
 
 /// Serializes this module's tests: the waiters gauge they read counts every gateway of the
 /// process, and only these tests make duplicates wait.
-static GAUGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static GAUGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Waits until `gw` reports `n` duplicates waiting (its `idempotency_waiters` gauge).
 async fn until_waiting(gw: &Gateway, n: usize) {
@@ -202,7 +202,7 @@ async fn a_conflict_route_still_answers_409_at_once() {
 /// 100 duplicates, half to each of two gateways on one shared `store` (their own
 /// lifecycles: events travel only through the store), whose waits are shorter than the
 /// store's slow poll (2 s): only the first's event can answer the other gateway's waiters.
-async fn split_across_two_gateways(store: &str, edit: impl Fn(&mut Config)) {
+pub(crate) async fn split_across_two_gateways(store: &str, edit: impl Fn(&mut Config)) {
     let up = upstream().await;
     let config = |c: &mut Config| {
         c.defaults.set("on_in_flight", "wait");
