@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What duplicates waiting on one key (`on_in_flight = "wait"`) cost the other keys: wrk
-# sends fresh keys to `idemgate serve` (R rounds of D s), first alone, then beside W
-# duplicates of one key whose first request runs for the whole benchmark (they wait,
-# holding their connections). Prints, for each phase, the medians of the rounds: requests
+# sends fresh keys to `idemgate serve` for R rounds of D s alone and R beside W duplicates
+# of one key whose first request runs for the whole round (they wait, holding their
+# connections), alternating. Prints, for each phase, the medians of the rounds: requests
 # per second, p99, gateway CPU per request (µs, from /proc), and the store's connections
 # (PostgreSQL: pg_stat_activity of the database; Redis: CLIENT LIST), with the waiters
 # gauge the gateway reports.
@@ -102,8 +102,6 @@ PY
 }
 log "warm-up"
 wrk -t2 -c32 -d3s -s "$LUA" "http://127.0.0.1:$GW/payments" -- fresh >/dev/null
-for i in $(seq "$R"); do log "alone, round $i"; round alone "$i"; done
-
 cat >"$OUT/waiters.py" <<'PY'
 """One first request that runs for the whole benchmark, then W duplicates that wait on it."""
 import asyncio, sys, uuid
@@ -129,12 +127,26 @@ async def main():
     await asyncio.gather(first, *waiting)
 asyncio.run(main())
 PY
-(exec python3 "$OUT/waiters.py" "$GW" "$W") >"$OUT/waiters.log" 2>&1 &
-remember_pid $!
-for _ in $(seq 100); do [ "$(waiters_gauge)" = "$W" ] && break; sleep 0.2; done
-[ "$(waiters_gauge)" = "$W" ] || die "the gateway reports $(waiters_gauge) waiters, not $W"
-log "$W waiting"
-for i in $(seq "$R"); do log "beside $W waiters, round $i"; round waiting "$i"; done
+start_waiters() {
+  (exec python3 "$OUT/waiters.py" "$GW" "$W") >"$OUT/waiters.log" 2>&1 &
+  WAITERS_PID=$!
+  remember_pid $WAITERS_PID
+  for _ in $(seq 100); do [ "$(waiters_gauge)" = "$W" ] && break; sleep 0.2; done
+  [ "$(waiters_gauge)" = "$W" ] || die "the gateway reports $(waiters_gauge) waiters, not $W"
+}
+stop_waiters() {
+  kill "$WAITERS_PID" 2>/dev/null || true
+  wait "$WAITERS_PID" 2>/dev/null || true
+  for _ in $(seq 100); do [ "$(waiters_gauge)" = 0 ] && break; sleep 0.2; done
+  [ "$(waiters_gauge)" = 0 ] || die "the gateway still reports $(waiters_gauge) waiters"
+}
+# Rounds alternate (alone, then beside the waiters), so a drift of the machine falls on both.
+for i in $(seq "$R"); do
+  log "alone, round $i"; round alone "$i"
+  start_waiters; log "$W waiting"
+  log "beside $W waiters, round $i"; round waiting "$i"
+  stop_waiters
+done
 
 python3 - "$OUT/rounds.tsv" "$STORE" "$W" <<'PY'
 import statistics as st, sys

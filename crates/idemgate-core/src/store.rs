@@ -132,6 +132,17 @@ pub enum Peeked {
     },
 }
 
+/// An outcome write, for [`IdempotencyStore::write_announced`].
+#[derive(Clone, Copy, Debug)]
+pub enum OutcomeWrite<'a> {
+    /// [`IdempotencyStore::complete`] with this response.
+    Complete(&'a StoredResponse),
+    /// [`IdempotencyStore::fail`].
+    Fail,
+    /// [`IdempotencyStore::release`].
+    Release,
+}
+
 /// The atomic primitives of a backend. Each method is one atomic step; none of them decides
 /// what an answer means (that is [`crate::engine`] and [`crate::lifecycle`]).
 ///
@@ -254,6 +265,35 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         std::future::ready(Ok(()))
     }
 
+    /// Writes `write` under `lease` and, once it landed, sends `event` to the other
+    /// processes ([`IdempotencyStore::announce`]): the lifecycle's outcome write on a route
+    /// that waits. A store whose write can carry the event in the same round trip does
+    /// (Redis: the outcome script publishes it). The default writes, then announces; a
+    /// failed announcement is logged and the write still `Ok` (the others' slow poll covers
+    /// it).
+    ///
+    /// # Errors
+    /// As the write ([`IdempotencyStore::complete`], [`IdempotencyStore::fail`],
+    /// [`IdempotencyStore::release`]).
+    fn write_announced(
+        &self,
+        lease: &Lease,
+        write: OutcomeWrite<'_>,
+        event: &KeyEvent,
+    ) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            match write {
+                OutcomeWrite::Complete(response) => self.complete(lease, response).await?,
+                OutcomeWrite::Fail => self.fail(lease).await?,
+                OutcomeWrite::Release => self.release(lease).await?,
+            }
+            if let Err(e) = self.announce(event).await {
+                tracing::warn!(error = %crate::report::error_text(&e), "key event not sent to other processes");
+            }
+            Ok(())
+        }
+    }
+
     /// Receives other processes' [`IdempotencyStore::announce`] events and hands them to
     /// `sink` until it is no longer live, reconnecting after a failure (and then calling
     /// [`EventSink::missed`]). Started once per lifecycle, when its first duplicate waits.
@@ -316,6 +356,14 @@ impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
     }
     async fn announce(&self, event: &KeyEvent) -> Result<()> {
         (**self).announce(event).await
+    }
+    async fn write_announced(
+        &self,
+        lease: &Lease,
+        write: OutcomeWrite<'_>,
+        event: &KeyEvent,
+    ) -> Result<()> {
+        (**self).write_announced(lease, write, event).await
     }
     async fn listen(&self, sink: EventSink) {
         (**self).listen(sink).await

@@ -255,6 +255,14 @@ macro_rules! delegate_store {
             ) -> ::std::result::Result<(), $crate::StoreError> {
                 self.$field.announce(event).await
             }
+            async fn write_announced(
+                &self,
+                lease: &$crate::Lease,
+                write: $crate::store::OutcomeWrite<'_>,
+                event: &$crate::events::KeyEvent,
+            ) -> ::std::result::Result<(), $crate::StoreError> {
+                self.$field.write_announced(lease, write, event).await
+            }
             async fn listen(&self, sink: $crate::events::EventSink) {
                 self.$field.listen(sink).await
             }

@@ -9,9 +9,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use idemgate_core::events::{EventSink, KeyEvent};
-use idemgate_core::StoreError;
+use idemgate_core::integrity::response_checksum;
+use idemgate_core::store::OutcomeWrite;
+use idemgate_core::{Lease, StoreError};
+use redis::ScriptInvocation;
 
 use crate::error::classify;
+use crate::scripts::SCRIPTS;
 use crate::store::RedisStore;
 use crate::wait::Nodes;
 
@@ -35,6 +39,63 @@ impl RedisStore {
             .query_async::<i64>(&mut conn)
             .await
             .map_err(classify)?;
+        Ok(())
+    }
+
+    /// The script of `write` on `lease`'s record, with its arguments.
+    pub(crate) fn outcome_invocation(
+        &self,
+        lease: &Lease,
+        write: OutcomeWrite<'_>,
+    ) -> ScriptInvocation<'static> {
+        match write {
+            OutcomeWrite::Complete(response) => {
+                let mut inv = self.lease_invocation(&SCRIPTS.complete, lease);
+                inv.arg(response.status)
+                    .arg(response.encode_headers())
+                    .arg(response.body.as_ref())
+                    .arg(if response.replayable { "1" } else { "0" })
+                    .arg(&response_checksum(&lease.key, response)[..])
+                    .arg(self.confirm());
+                inv
+            }
+            OutcomeWrite::Fail => {
+                let mut inv = self.lease_invocation(&SCRIPTS.fail, lease);
+                inv.arg(self.confirm());
+                inv
+            }
+            OutcomeWrite::Release => {
+                let mut inv = self.lease_invocation(&SCRIPTS.release, lease);
+                inv.arg(self.confirm());
+                inv
+            }
+        }
+    }
+
+    /// [`IdempotencyStore::write_announced`](idemgate_core::IdempotencyStore::write_announced):
+    /// the outcome script `PUBLISH`es the event itself when it writes (`announce()` in
+    /// `common.lua`): one round trip. Without a subscription (a cluster, a caller's
+    /// connection manager) the write, then a `PUBLISH`.
+    pub(crate) async fn write_with_event(
+        &self,
+        lease: &Lease,
+        write: OutcomeWrite<'_>,
+        event: &KeyEvent,
+    ) -> Result<(), StoreError> {
+        let op = match write {
+            OutcomeWrite::Complete(_) => "complete",
+            OutcomeWrite::Fail => "fail",
+            OutcomeWrite::Release => "release",
+        };
+        let mut inv = self.outcome_invocation(lease, write);
+        if self.events.is_some() {
+            inv.arg(self.channel()).arg(event.encode());
+            return self.run_outcome(op, &inv).await;
+        }
+        self.run_outcome(op, &inv).await?;
+        if let Err(e) = self.publish(event).await {
+            tracing::warn!(error = %e, "key event not sent to other processes");
+        }
         Ok(())
     }
 

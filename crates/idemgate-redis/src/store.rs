@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idemgate_core::events::{EventSink, KeyEvent};
-use idemgate_core::integrity::response_checksum;
 use idemgate_core::record::duration_ms;
+use idemgate_core::store::OutcomeWrite;
 use idemgate_core::{
     IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
     ScopedKey, StoreError, StoredResponse, UnixMillis,
@@ -54,7 +54,7 @@ pub struct RedisStore {
     prefix: Arc<str>,
     wait: Option<Arc<Waiter>>,
     /// Where the key events' subscription goes (`events.rs`); `None`: waiters poll.
-    events: Option<Nodes>,
+    pub(crate) events: Option<Nodes>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -174,7 +174,7 @@ impl RedisStore {
     /// an earlier attempt of the same lease already landed (see `rewritten` in
     /// `common.lua`), so its retry waits again instead of answering
     /// [`StoreError::LeaseLost`].
-    fn confirm(&self) -> &'static str {
+    pub(crate) fn confirm(&self) -> &'static str {
         if self.wait.is_some() {
             "1"
         } else {
@@ -185,7 +185,7 @@ impl RedisStore {
     /// Runs an outcome script (`held()` in `common.lua`): 1 written, 2 written by an
     /// earlier attempt of this lease (confirmed again), 0 → [`StoreError::LeaseLost`].
     /// Waits for replicas after 1 and, for `complete` and `fail`, after 2.
-    async fn run_outcome(
+    pub(crate) async fn run_outcome(
         &self,
         op: &'static str,
         invocation: &ScriptInvocation<'_>,
@@ -201,7 +201,7 @@ impl RedisStore {
     }
 
     /// `script` on the record of `lease`, its fence and token the first arguments.
-    fn lease_invocation(
+    pub(crate) fn lease_invocation(
         &self,
         script: &'static redis::Script,
         lease: &Lease,
@@ -334,19 +334,12 @@ impl IdempotencyStore for RedisStore {
     }
 
     async fn complete(&self, lease: &Lease, response: &StoredResponse) -> Result<(), StoreError> {
-        let mut inv = self.lease_invocation(&SCRIPTS.complete, lease);
-        inv.arg(response.status)
-            .arg(response.encode_headers())
-            .arg(response.body.as_ref())
-            .arg(if response.replayable { "1" } else { "0" })
-            .arg(&response_checksum(&lease.key, response)[..])
-            .arg(self.confirm());
+        let inv = self.outcome_invocation(lease, OutcomeWrite::Complete(response));
         self.run_outcome("complete", &inv).await
     }
 
     async fn fail(&self, lease: &Lease) -> Result<(), StoreError> {
-        let mut inv = self.lease_invocation(&SCRIPTS.fail, lease);
-        inv.arg(self.confirm());
+        let inv = self.outcome_invocation(lease, OutcomeWrite::Fail);
         self.run_outcome("fail", &inv).await
     }
 
@@ -355,9 +348,18 @@ impl IdempotencyStore for RedisStore {
     /// failover that brings a released record back leaves it `in_progress` under a lease
     /// nobody renews, which lapses and is taken over; no operation ran under it.
     async fn release(&self, lease: &Lease) -> Result<(), StoreError> {
-        let mut inv = self.lease_invocation(&SCRIPTS.release, lease);
-        inv.arg(self.confirm());
+        let inv = self.outcome_invocation(lease, OutcomeWrite::Release);
         self.run_outcome("release", &inv).await
+    }
+
+    /// The outcome script `PUBLISH`es the event itself (`events.rs`).
+    async fn write_announced(
+        &self,
+        lease: &Lease,
+        write: OutcomeWrite<'_>,
+        event: &KeyEvent,
+    ) -> Result<(), StoreError> {
+        self.write_with_event(lease, write, event).await
     }
 
     async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use idemgate_core::admin::{AdminStore, KeyFilter, Listing};
 use idemgate_core::events::{EventSink, KeyEvent};
-use idemgate_core::store::Result;
+use idemgate_core::store::{OutcomeWrite, Result};
 use idemgate_core::{
     Durability, GaugedStore, IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest,
     Lease, LeaseToken, MemoryStore, Peeked, RawRecord, ScopedKey, StoreCount, StoredResponse,
@@ -287,6 +287,7 @@ forward! {
         fn peek(key: &ScopedKey) -> Peeked;
         fn insert_or_get_unseen(req: &InsertRequest) -> InsertOutcome;
         fn announce(event: &KeyEvent) -> ();
+        fn write_announced(lease: &Lease, write: OutcomeWrite<'_>, event: &KeyEvent) -> ();
         fn purge_expired(batch: NonZeroU32) -> u64;
         fn ping() -> ();
     }

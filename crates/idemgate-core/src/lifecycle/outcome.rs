@@ -9,7 +9,7 @@ use super::pending::PendingGuard;
 use super::{Holder, Lifecycle};
 use crate::events::{EventKind, KeyEvent, KeyId, Released};
 use crate::record::{Lease, RecordState, StoredResponse};
-use crate::store::{IdempotencyStore, StoreError};
+use crate::store::{IdempotencyStore, OutcomeWrite, StoreError};
 
 /// First wait between outcome write attempts; doubled up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(25);
@@ -168,8 +168,8 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         holder: &'a Holder,
         outcome: Outcome,
     ) -> Result<Finished, PendingOutcome<'a, St>> {
-        match self.attempt(&holder.lease, &outcome).await {
-            Ok(()) => Ok(self.landed_now(holder, &outcome).await),
+        match self.attempt(holder, &outcome).await {
+            Ok(()) => Ok(self.landed_now(holder, &outcome, false).await),
             Err(StoreError::LeaseLost) => Ok(lease_lost(&holder.lease, &outcome)),
             Err(e) => {
                 tracing::warn!(op = outcome.name(), error = %e, "outcome write failed; retrying");
@@ -184,12 +184,11 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         }
     }
 
-    /// After `outcome` landed: tells the key's waiters ([`super::wait`]), in this process
-    /// and, on a route that waits, in others.
-    async fn landed_now(&self, holder: &Holder, outcome: &Outcome) -> Finished {
-        // Nobody to tell: no hashing on the outcome write of a route that does not wait.
+    /// The event that tells of `outcome`, if anyone is to hear it: waiters in this process,
+    /// or on a route that waits, in others (`None` spares the hashing).
+    fn event_of(&self, holder: &Holder, outcome: &Outcome) -> Option<KeyEvent> {
         if !holder.announce && self.waiters() == 0 {
-            return Finished::Landed;
+            return None;
         }
         let kind = match *outcome {
             Outcome::Release {
@@ -203,11 +202,32 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             _ => EventKind::Written,
         };
         let key = KeyId::of(&holder.lease.key);
-        self.announce(KeyEvent { key, kind }, holder.announce).await;
+        Some(KeyEvent { key, kind })
+    }
+
+    /// After `outcome` landed: tells the key's waiters ([`super::wait`]) in this process
+    /// and, when `others` (a write that did not carry the event), in others.
+    async fn landed_now(&self, holder: &Holder, outcome: &Outcome, others: bool) -> Finished {
+        if let Some(event) = self.event_of(holder, outcome) {
+            self.announce(event, others && holder.announce).await;
+        }
         Finished::Landed
     }
 
-    async fn attempt(&self, lease: &Lease, outcome: &Outcome) -> Result<(), StoreError> {
+    /// One outcome write; on a route that waits, with its event for other processes
+    /// ([`IdempotencyStore::write_announced`]).
+    async fn attempt(&self, holder: &Holder, outcome: &Outcome) -> Result<(), StoreError> {
+        let lease = &holder.lease;
+        let event = holder.announce.then(|| self.event_of(holder, outcome));
+        if let Some(Some(event)) = event {
+            let write = match outcome {
+                Outcome::Complete(r) => OutcomeWrite::Complete(r),
+                Outcome::Fail => OutcomeWrite::Fail,
+                Outcome::Release { .. } => OutcomeWrite::Release,
+            };
+            let written = self.store.write_announced(lease, write, &event);
+            return self.timed(outcome.name(), written).await;
+        }
         match outcome {
             Outcome::Complete(r) => self.timed("complete", self.store.complete(lease, r)).await,
             Outcome::Fail => self.timed("fail", self.store.fail(lease)).await,
@@ -231,10 +251,11 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             delay *= 2;
         }
         for attempt in 1.. {
-            match self.attempt(lease, outcome).await {
-                Ok(()) => return self.landed_now(holder, outcome).await,
+            match self.attempt(holder, outcome).await {
+                Ok(()) => return self.landed_now(holder, outcome, false).await,
+                // An earlier attempt landed, its event perhaps not sent.
                 Err(StoreError::LeaseLost) if ambiguous && self.landed(lease, outcome).await => {
-                    return self.landed_now(holder, outcome).await
+                    return self.landed_now(holder, outcome, true).await
                 }
                 Err(StoreError::LeaseLost) => return lease_lost(lease, outcome),
                 Err(e) => {

@@ -77,3 +77,11 @@ local function rewritten(key, confirm, state, fence, token)
   redis.call('HSET', key, 'ot', token)
   return 2
 end
+
+-- Publishes ARGV[i + 1] on the channel ARGV[i] when the caller passed them (a route whose
+-- duplicates wait, `write_announced`): the key event leaves with the write, in one round trip.
+local function announce(i)
+  if ARGV[i] then
+    redis.call('PUBLISH', ARGV[i], ARGV[i + 1])
+  end
+end

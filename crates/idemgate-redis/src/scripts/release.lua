@@ -1,6 +1,6 @@
 -- release: delete an in_progress record whose operation did not run, if the lease is held.
 -- KEYS[1] record key; ARGV 1 fence  2 lease token  3 confirm: "1" when the caller waits for
--- replicas (WAIT) after the write, else "0"
+-- replicas (WAIT) after the write, else "0"  4, 5 (optional) channel and key event
 -- Returns 1; 2 when confirm is "1" and there is no record (an earlier attempt deleted it, or
 -- it is gone anyway: either way no record holds the key, which is what release is for);
 -- 0 when the lease is not held (nothing changed).
@@ -11,4 +11,5 @@ if not held(KEYS[1], ARGV[1], ARGV[2]) then
   return 0
 end
 redis.call('DEL', KEYS[1])
+announce(4)
 return 1

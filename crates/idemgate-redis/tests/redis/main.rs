@@ -9,6 +9,7 @@ mod common;
 mod black_hole;
 mod compat;
 mod errors;
+mod events;
 mod expiry;
 mod gauges;
 mod loss;
