@@ -6,6 +6,7 @@ KS_BASE (http://host:port), KS_TOKEN_A and KS_TOKEN_B (clients of namespaces `al
 """
 
 import base64
+import hashlib
 import json
 import os
 import threading
@@ -376,3 +377,38 @@ def test_a_release_passes_its_status_and_retry_after_to_the_callers_that_wait():
     # Not before the Retry-After, which is past their wait: nobody runs it; all hear 429.
     assert all(a == {"decision": "released", "status": 429, "retry_after_ms": 5000}
                for a in answers), answers
+
+
+def key_id(principal, scope, key):
+    """The key id of /v1/wait's events: SHA-256 over the parts, each followed by NUL."""
+    parts = b"".join(p.encode() + b"\0" for p in (principal, scope, key))
+    return hashlib.sha256(parts).hexdigest()[:32]
+
+
+def test_wait_long_polls_the_events_of_the_namespace_with_ids_a_client_can_compute():
+    start = call("/v1/wait", {"after": None, "wait_ms": 0}).json()
+    other = call("/v1/wait", {"after": None, "wait_ms": 0}, TOKEN_B).json()
+    assert start["events"] == [] and start["missed"] is False
+    done, released = new_key(), new_key()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        polling = pool.submit(call, "/v1/wait", {"after": start["cursor"], "wait_ms": 10_000})
+        time.sleep(0.3)
+        done_lease = acquire(done)["lease"]
+        assert call("/v1/complete", held(done, done_lease, response=RESPONSE)).status_code == 200
+        first = polling.result(timeout=15).json()
+    assert first["events"] == [f"w {key_id('user-42', SCOPE, done)}"], first
+    lease = acquire(released)["lease"]
+    assert call("/v1/release", held(released, lease, status=429, retry_after_ms=1500)).status_code == 200
+    second = call("/v1/wait", {"after": first["cursor"], "wait_ms": 0}).json()
+    [event] = second["events"]
+    kind, kid, _lease_id, status, retry = event.split(" ")
+    assert (kind, kid, status, retry) == ("r", key_id("user-42", SCOPE, released), "429", "1500")
+    # A repeated complete tells nothing new; another namespace heard nothing of these.
+    repeated = call("/v1/complete", held(done, done_lease, response=RESPONSE)).json()
+    assert repeated["repeated"] is True, repeated
+    assert call("/v1/wait", {"after": second["cursor"], "wait_ms": 0}).json()["events"] == []
+    assert call("/v1/wait", {"after": other["cursor"], "wait_ms": 0}, TOKEN_B).json()["events"] == []
+    for bad in [{"after": None, "wait_ms": 30_001}, {"after": None}, {"after": 5, "wait_ms": 0}]:
+        problem(call("/v1/wait", bad), 400, "invalid-request")
+    stale = call("/v1/wait", {"after": "0-0", "wait_ms": 0}).json()
+    assert stale["missed"] is True, stale
