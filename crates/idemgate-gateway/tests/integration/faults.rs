@@ -258,6 +258,50 @@ async fn a_crashed_holder_is_taken_over_when_the_route_says_so(backend: Backend)
     c.store.cleanup().await;
 }
 
+/// Duplicates that wait on another gateway (`on_in_flight = "wait"`) when the holder's
+/// process is killed (SIGKILL: no outcome, no release, no renewal): each gets
+/// `outcome-unknown` once the holder's lease (1 s) lapsed, and none runs the operation.
+async fn a_killed_holder_gives_its_waiters_outcome_unknown_after_its_lease(backend: Backend) {
+    let Some(store) = Store::new(backend).await else {
+        return;
+    };
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemgate.toml");
+    let policy = "[defaults]\nlease_ttl = \"1s\"\non_in_flight = \"wait\"\nmax_wait = \"10s\"\n";
+    std::fs::write(&config, format!("{}{policy}", store.toml())).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut holder = spawn_binary_on(&format!("127.0.0.1:{port}"), &up.base, &config).await;
+    let gw = gateway(&up.base, &store.url, |c| {
+        store.configure(c);
+        c.defaults.set("lease_ttl", "1s");
+        c.defaults.set("on_in_flight", "wait");
+        c.defaults.set("max_wait", "10s");
+    })
+    .await;
+    let k = key();
+    let first = tokio::spawn(post(&holder.base, CRASH_PATH, Some(&k), "{}").send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(up.count(), 1, "the first request reached the upstream");
+    let waiting: Vec<_> = (0..10)
+        .map(|_| tokio::spawn(post(&gw.base, CRASH_PATH, Some(&k), "{}").send()))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.child.kill().unwrap();
+    holder.child.wait().unwrap();
+    drop(first);
+    for w in waiting {
+        assert_problem(w.await.unwrap().unwrap(), 500, "outcome-unknown").await;
+    }
+    assert_eq!(up.count(), 1, "no waiter ran the operation");
+    gw.stop().await;
+    store.cleanup().await;
+}
+
 /// Retries `path` with key `k` until it is a replay, or panics after `within`.
 async fn replay_within(base: &str, path: &str, k: &str, within: Duration) -> reqwest::Response {
     let started = Instant::now();
@@ -301,6 +345,7 @@ macro_rules! on_every_store {
 
 on_every_store!(
     a_crashed_holder_means_outcome_unknown_by_default,
+    a_killed_holder_gives_its_waiters_outcome_unknown_after_its_lease,
     a_crashed_holder_is_taken_over_when_the_route_says_so,
     store_blip_while_the_upstream_answers,
     store_gone_longer_than_the_lease,
