@@ -168,8 +168,9 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         holder: &'a Holder,
         outcome: Outcome,
     ) -> Result<Finished, PendingOutcome<'a, St>> {
-        match self.attempt(holder, &outcome).await {
-            Ok(()) => Ok(self.landed_now(holder, &outcome, false).await),
+        let (written, made) = self.attempt(holder, &outcome).await;
+        match written {
+            Ok(()) => Ok(self.landed_now(holder, &outcome, made, false).await),
             Err(StoreError::LeaseLost) => Ok(lease_lost(&holder.lease, &outcome)),
             Err(e) => {
                 tracing::warn!(op = outcome.name(), error = %e, "outcome write failed; retrying");
@@ -206,33 +207,48 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     }
 
     /// After `outcome` landed: tells the key's waiters ([`super::wait`]) in this process
-    /// and, when `others` (a write that did not carry the event), in others.
-    async fn landed_now(&self, holder: &Holder, outcome: &Outcome, others: bool) -> Finished {
-        if let Some(event) = self.event_of(holder, outcome) {
+    /// and, when `others` (a write that did not carry the event), in others. `made`: the
+    /// event the write made, if it made one (hashing the key once per write).
+    async fn landed_now(
+        &self,
+        holder: &Holder,
+        outcome: &Outcome,
+        made: Option<KeyEvent>,
+        others: bool,
+    ) -> Finished {
+        if let Some(event) = made.or_else(|| self.event_of(holder, outcome)) {
             self.announce(event, others && holder.announce).await;
         }
         Finished::Landed
     }
 
     /// One outcome write; on a route that waits, with its event for other processes
-    /// ([`IdempotencyStore::write_announced`]).
-    async fn attempt(&self, holder: &Holder, outcome: &Outcome) -> Result<(), StoreError> {
+    /// ([`IdempotencyStore::write_announced`]), which it returns.
+    async fn attempt(
+        &self,
+        holder: &Holder,
+        outcome: &Outcome,
+    ) -> (Result<(), StoreError>, Option<KeyEvent>) {
         let lease = &holder.lease;
-        let event = holder.announce.then(|| self.event_of(holder, outcome));
-        if let Some(Some(event)) = event {
+        if let Some(event) = holder
+            .announce
+            .then(|| self.event_of(holder, outcome))
+            .flatten()
+        {
             let write = match outcome {
                 Outcome::Complete(r) => OutcomeWrite::Complete(r),
                 Outcome::Fail => OutcomeWrite::Fail,
                 Outcome::Release { .. } => OutcomeWrite::Release,
             };
             let written = self.store.write_announced(lease, write, &event);
-            return self.timed(outcome.name(), written).await;
+            return (self.timed(outcome.name(), written).await, Some(event));
         }
-        match outcome {
+        let written = match outcome {
             Outcome::Complete(r) => self.timed("complete", self.store.complete(lease, r)).await,
             Outcome::Fail => self.timed("fail", self.store.fail(lease)).await,
             Outcome::Release { .. } => self.timed("release", self.store.release(lease)).await,
-        }
+        };
+        (written, None)
     }
 
     /// Retries `outcome` until it lands. `failed_before`: an earlier attempt got no answer
@@ -251,11 +267,12 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             delay *= 2;
         }
         for attempt in 1.. {
-            match self.attempt(holder, outcome).await {
-                Ok(()) => return self.landed_now(holder, outcome, false).await,
+            let (written, made) = self.attempt(holder, outcome).await;
+            match written {
+                Ok(()) => return self.landed_now(holder, outcome, made, false).await,
                 // An earlier attempt landed, its event perhaps not sent.
                 Err(StoreError::LeaseLost) if ambiguous && self.landed(lease, outcome).await => {
-                    return self.landed_now(holder, outcome, true).await
+                    return self.landed_now(holder, outcome, made, true).await
                 }
                 Err(StoreError::LeaseLost) => return lease_lost(lease, outcome),
                 Err(e) => {
