@@ -237,11 +237,11 @@ wire_types! {
         pub key: String,
         /// The lease held.
         pub lease: LeaseRef,
-        /// The status the caller answered its own client, e.g. `429` or `503` (100–599;
-        /// default `503`): calls waiting on the key (`wait_ms`) that do not run it again get
+        /// The status the caller answered its own client, e.g. `429` or `503` (a final
+        /// status, 200–599; default `503`): calls waiting on the key (`wait_ms`) that do not run it again get
         /// it as `released`'s `status`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[cfg_attr(feature = "openapi", schema(minimum = 100, maximum = 599))]
+        #[cfg_attr(feature = "openapi", schema(minimum = 200, maximum = 599))]
         pub status: Option<u16>,
         /// The `Retry-After` the caller answered, in ms (at most a day): waiting calls do
         /// not acquire the key again before it, and get it as `released`'s `retry_after_ms`.

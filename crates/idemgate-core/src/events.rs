@@ -4,9 +4,11 @@
 //! An event only says "read this key again" ([`EventKind::Written`]: an outcome landed, an
 //! operator resolved it) or "its holder released it" ([`EventKind::Released`], with the
 //! answer the holder's client got). Waiters never learn an outcome from an event: they read
-//! the record. So a lost event delays an answer (until the waiters' next poll), never changes
-//! it; and a released key is only run again on a release's event, never because its record
-//! vanished.
+//! the record, and a release the record read after it contradicts (the released lease still
+//! holds it) is ignored. So a lost `w` event delays an answer (until the waiters' next poll);
+//! a released key is only run again on a release's event, never because its record vanished,
+//! so a lost release event makes the waiters answer as for a vanished record (`409`), never
+//! run it. A forged release of a lease that still holds its record changes no answer.
 //!
 //! Between processes an event travels as one line of text ([`KeyEvent::encode`]):
 //! `w <key id>` or `r <key id> <lease id, hex> <status> <retry-after ms or ->`, the key id being
@@ -44,6 +46,11 @@ impl fmt::Debug for KeyId {
         f.write_str(&hex::encode(self.0))
     }
 }
+
+/// The statuses a release can carry: final ones (RFC 9110 §15: 1xx are interim).
+pub const RELEASED_STATUSES: std::ops::RangeInclusive<u16> = 200..=599;
+/// The longest `Retry-After` a release can carry, in ms (a day).
+pub const MAX_RETRY_AFTER_MS: u64 = 86_400_000;
 
 /// The answer a holder's client got when the holder released its key (an upstream status in
 /// the route's `release_statuses`, a request never forwarded).
@@ -124,10 +131,10 @@ impl KeyEvent {
             "w" => EventKind::Written,
             "r" => EventKind::Released(Released {
                 lease: u64::from_str_radix(parts.next()?, 16).ok()?,
-                status: parts.next()?.parse().ok()?,
+                status: number(parts.next()?).filter(|s| RELEASED_STATUSES.contains(s))?,
                 retry_after_ms: match parts.next()? {
                     "-" => None,
-                    ms => Some(ms.parse().ok()?),
+                    ms => Some(number(ms).filter(|ms| *ms <= MAX_RETRY_AFTER_MS)?),
                 },
             }),
             _ => return None,
@@ -137,6 +144,12 @@ impl KeyEvent {
             kind,
         })
     }
+}
+
+/// Plain decimal digits (no sign, as [`KeyEvent::encode`] writes them).
+fn number<T: std::str::FromStr>(text: &str) -> Option<T> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| text.parse().ok()).flatten()
 }
 
 /// Where a store's listener ([`IdempotencyStore::listen`](crate::IdempotencyStore::listen))
@@ -211,6 +224,11 @@ mod tests {
             &format!("r {id} 7 503 soon"),
             &format!("r {id} -1 503 -"),
             &format!("r {id} 7 99999 -"),
+            &format!("r {id} 7 101 -"),
+            &format!("r {id} 7 600 -"),
+            &format!("r {id} 7 +503 -"),
+            &format!("r {id} 7 503 86400001"),
+            &format!("r {id} 7 503 +5"),
         ] {
             assert_eq!(KeyEvent::decode(text), None, "{text:?}");
         }

@@ -5,12 +5,12 @@
 //! The public outcome calls (`/v1/complete`, `/v1/fail`, `/v1/release`) add theirs, with
 //! the key id over the caller's own principal, scope and key.
 //!
-//! The hub is per process: the last [`KEPT`] events of every namespace, numbered. A cursor
-//! is `<epoch>-<number>`, the epoch random per process, so a cursor from before a restart
+//! The hub is per process: the last [`KEPT`] events of each namespace, numbered per
+//! namespace. A cursor is `<epoch>-<number>`, the epoch random per process, so a cursor from before a restart
 //! (or from another instance behind a balancer) reads as `missed`: the caller reads its
 //! waited keys again, and its slow poll covers what a lost event would have told.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,111 +27,110 @@ use crate::auth::Caller;
 use crate::problem::{ApiError, JsonBody};
 use crate::KeyService;
 
-/// Events kept per process (all namespaces).
+/// Events kept per namespace.
 pub const KEPT: usize = 4096;
 /// Most events in one answer.
 const MOST_PER_ANSWER: usize = 256;
 
-/// The events of one process, numbered from 0.
+/// The events of one process, by namespace (namespaces are the configured clients', so
+/// their number is bounded), each numbered from 0: one namespace's traffic neither shows in
+/// another's cursors nor pushes another's events out.
 #[derive(Debug)]
 pub struct EventHub {
     /// Random per process: cursors of another process read as missed.
     epoch: u64,
-    /// Number, namespace and text of the last [`KEPT`] events, oldest first.
-    kept: Mutex<VecDeque<(u64, Arc<str>, String)>>,
+    rings: Mutex<HashMap<Arc<str>, Arc<Ring>>>,
+    closed: AtomicBool,
+}
+
+/// One namespace's last [`KEPT`] events.
+#[derive(Debug)]
+struct Ring {
+    /// Number and text, oldest first.
+    kept: Mutex<VecDeque<(u64, String)>>,
     /// The number the next event gets; changed (or only marked changed, by
     /// [`EventHub::close`]) to wake the waits.
     next: watch::Sender<u64>,
-    closed: AtomicBool,
 }
 
 impl Default for EventHub {
     fn default() -> Self {
         Self {
             epoch: LeaseToken::random().0.unsigned_abs() >> 12,
-            kept: Mutex::new(VecDeque::new()),
-            next: watch::Sender::new(0),
+            rings: Mutex::default(),
             closed: AtomicBool::new(false),
         }
     }
 }
 
+/// `after` is not a cursor `/v1/wait` gave out: `<epoch, lowercase hex>-<number>`.
+#[derive(Debug)]
+pub struct BadCursor;
+
 impl EventHub {
     /// Adds `event` for the callers of `namespace`.
     pub fn publish(&self, namespace: &Arc<str>, event: &KeyEvent) {
-        let mut kept = self.lock();
-        let n = *self.next.borrow();
-        kept.push_back((n, namespace.clone(), event.encode()));
+        let ring = self.ring(namespace);
+        let mut kept = lock(&ring.kept);
+        let n = *ring.next.borrow();
+        kept.push_back((n, event.encode()));
         if kept.len() > KEPT {
             kept.pop_front();
         }
-        self.next.send_replace(n + 1);
+        ring.next.send_replace(n + 1);
     }
 
     /// Ends every wait under way at once, and those to come (a process that stops).
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        self.next.send_modify(|_| {});
+        for ring in lock(&self.rings).values() {
+            ring.next.send_modify(|_| {});
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Arc<str>, String)>> {
-        self.kept.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Where `after` starts in this process's numbering, and whether events were missed
-    /// since: another epoch, a number not given out yet, or one no longer kept.
-    fn start(&self, after: Option<&str>) -> (u64, bool) {
-        let kept = self.lock();
-        let next = *self.next.borrow();
-        let oldest = kept.front().map_or(next, |e| e.0);
-        let Some(after) = after else {
-            return (next, false);
-        };
-        let parsed = after.split_once('-').and_then(|(epoch, at)| {
-            let epoch = u64::from_str_radix(epoch, 16).ok()?;
-            Some((epoch, at.parse::<u64>().ok()?))
+    fn ring(&self, namespace: &str) -> Arc<Ring> {
+        let mut rings = lock(&self.rings);
+        if let Some(ring) = rings.get(namespace) {
+            return ring.clone();
+        }
+        let ring = Arc::new(Ring {
+            kept: Mutex::default(),
+            next: watch::Sender::new(0),
         });
-        match parsed {
-            Some((epoch, at)) if epoch == self.epoch && at <= next => (at, at < oldest),
-            _ => (next, true),
-        }
-    }
-
-    /// The events of `namespace` numbered `at` or later (at most [`MOST_PER_ANSWER`]), and
-    /// the number after the last one looked at.
-    fn since(&self, namespace: &str, at: u64) -> (Vec<String>, u64) {
-        let kept = self.lock();
-        let mut events = Vec::new();
-        let mut last = at;
-        for (n, ns, text) in kept.iter().skip_while(|e| e.0 < at) {
-            if events.len() == MOST_PER_ANSWER {
-                break;
-            }
-            last = n + 1;
-            if **ns == *namespace {
-                events.push(text.clone());
-            }
-        }
-        (events, last)
+        rings.insert(namespace.into(), ring.clone());
+        ring
     }
 
     /// The events of `namespace` after `after` (a cursor; `None` starts, at once), waiting
     /// up to `wait` for one.
-    pub async fn wait(&self, namespace: &str, after: Option<&str>, wait: Duration) -> WaitAnswer {
-        let mut next = self.next.subscribe();
-        let (mut at, missed) = self.start(after);
+    ///
+    /// # Errors
+    /// [`BadCursor`] when `after` is not the form of a cursor (a well-formed cursor of
+    /// another process, or one no longer kept, reads as missed).
+    pub async fn wait(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        wait: Duration,
+    ) -> Result<WaitAnswer, BadCursor> {
+        let ring = self.ring(namespace);
+        let mut next = ring.next.subscribe();
+        let (mut at, missed) = match after {
+            None => (*next.borrow(), false),
+            Some(after) => ring.start(self.epoch, parse(after).ok_or(BadCursor)?),
+        };
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             next.borrow_and_update();
-            let (events, last) = self.since(namespace, at);
+            let (events, last) = ring.since(at);
             at = last;
             let closed = self.closed.load(Ordering::Acquire);
             if !events.is_empty() || missed || after.is_none() || closed {
-                return self.answer(events, at, missed);
+                return Ok(self.answer(events, at, missed));
             }
             let changed = tokio::time::timeout_at(deadline, next.changed()).await;
             if !matches!(changed, Ok(Ok(()))) {
-                return self.answer(events, at, false);
+                return Ok(self.answer(events, at, false));
             }
         }
     }
@@ -143,6 +142,51 @@ impl EventHub {
             missed,
         }
     }
+}
+
+impl Ring {
+    /// Where the cursor `(epoch, at)` starts, and whether events were missed since: another
+    /// process's epoch, a number not given out yet, or one no longer kept.
+    fn start(&self, epoch: u64, (their_epoch, at): (u64, u64)) -> (u64, bool) {
+        let kept = lock(&self.kept);
+        let next = *self.next.borrow();
+        let oldest = kept.front().map_or(next, |e| e.0);
+        match their_epoch == epoch && at <= next {
+            true => (at, at < oldest),
+            false => (next, true),
+        }
+    }
+
+    /// The events numbered `at` or later (at most [`MOST_PER_ANSWER`]), and the number
+    /// after the last one.
+    fn since(&self, at: u64) -> (Vec<String>, u64) {
+        let kept = lock(&self.kept);
+        let first = kept.front().map_or(at, |e| e.0.max(at));
+        let events: Vec<_> = kept
+            .iter()
+            .skip_while(|e| e.0 < first)
+            .take(MOST_PER_ANSWER)
+            .map(|(_, text)| text.clone())
+            .collect();
+        let last = first + events.len() as u64;
+        (events, last)
+    }
+}
+
+/// `<epoch>-<number>`: 1 to 16 lowercase hex digits, then 1 to 20 decimal digits.
+fn parse(cursor: &str) -> Option<(u64, u64)> {
+    let (epoch, at) = cursor.split_once('-')?;
+    let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    let epoch_ok = (1..=16).contains(&epoch.len()) && epoch.bytes().all(hex);
+    let at_ok = (1..=20).contains(&at.len()) && at.bytes().all(|b| b.is_ascii_digit());
+    if !(epoch_ok && at_ok) {
+        return None;
+    }
+    Some((u64::from_str_radix(epoch, 16).ok()?, at.parse().ok()?))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `POST /v1/store/announce`.
@@ -169,7 +213,7 @@ pub async fn announce<St: IdempotencyStore>(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Events (none when `wait_ms` passed first)", body = WaitAnswer),
-        (status = 400, description = "`invalid-request`", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "`invalid-request` (also an `after` that is not a cursor)", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn wait<St: IdempotencyStore>(
@@ -184,7 +228,10 @@ pub async fn wait<St: IdempotencyStore>(
     let answer = s
         .events
         .wait(&caller.namespace, b.after.as_deref(), wait)
-        .await;
+        .await
+        .map_err(|BadCursor| {
+            ApiError::invalid("after", "not a cursor of /v1/wait (null to start)")
+        })?;
     Ok(Json(answer))
 }
 

@@ -168,9 +168,9 @@ pub fn response_parts(r: &StoredResponse) -> ResponseParts {
 }
 
 /// Longest `Retry-After` a release may carry, in ms (a day).
-const MAX_RELEASED_RETRY_AFTER_MS: u64 = 86_400_000;
+const MAX_RELEASED_RETRY_AFTER_MS: u64 = idemgate_core::events::MAX_RETRY_AFTER_MS;
 
-/// A release's `status` (100–599, default `503`) and `retry_after_ms` (at most a day).
+/// A release's `status` (a final status, 200–599, default `503`) and `retry_after_ms` (at most a day).
 ///
 /// # Errors
 /// `invalid-request` naming the field out of range.
@@ -179,8 +179,8 @@ pub fn released(
     retry_after_ms: Option<u64>,
 ) -> Result<(u16, Option<u64>), ApiError> {
     let status = status.unwrap_or(503);
-    if !(100..=599).contains(&status) {
-        let why = format!("must be an HTTP status (100-599), got {status}");
+    if !idemgate_core::events::RELEASED_STATUSES.contains(&status) {
+        let why = format!("must be a final HTTP status (200-599), got {status}");
         return Err(ApiError::invalid("status", why));
     }
     if let Some(ms) = retry_after_ms.filter(|ms| *ms > MAX_RELEASED_RETRY_AFTER_MS) {

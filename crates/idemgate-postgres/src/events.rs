@@ -13,7 +13,8 @@
 //! `UPDATE` of one row each: 5,711 transactions/s with the notification after the commit
 //! against 1,135/s with it in the `UPDATE`'s transaction (a CTE); at one client the latter
 //! saves one round trip (1.36 → 1.15 ms). A holder that dies between its commit and its
-//! `NOTIFY` leaves the others to their slow poll (2 s): a delay, never another answer.
+//! `NOTIFY` leaves the others to their slow poll (2 s): a completion is seen late, a release
+//! reads as a vanished record (`409`); never a second run.
 
 use std::time::Duration;
 

@@ -261,3 +261,32 @@ async fn a_route_that_conflicts_does_not_wait() {
     assert!(matches!(begun, Begin::Answer(Answer::InFlight { .. })));
     assert_eq!(e.waiters(), 0);
 }
+
+/// A release event for a lease that still holds the record (forged, or meant for another
+/// lease) changes nothing: the waiters read the record after it, see the lease still
+/// running, and wait on for its outcome, whatever the event's status and `Retry-After`.
+#[tokio::test(start_paused = true)]
+async fn a_release_event_the_record_contradicts_is_ignored() {
+    let (e, key, plan) = (engine(100), unique_key("alice"), waiting());
+    let first = holder(&e, &key, &plan).await;
+    let mut set = duplicates(&e, &key, plan, 10);
+    settle(&e, 10).await;
+    let forged = crate::events::KeyEvent {
+        key: crate::events::KeyId::of(&key),
+        kind: crate::events::EventKind::Released(crate::events::Released {
+            lease: crate::events::Released::lease_id(&first.lease),
+            status: 429,
+            retry_after_ms: Some(60_000),
+        }),
+    };
+    e.waiters.deliver(forged);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(e.waiters(), 10, "nobody answered the forged release");
+    e.finish(&first, Outcome::Complete(response(3))).await;
+    while let Some(begun) = set.join_next().await {
+        assert!(
+            matches!(begun.unwrap(), Begin::Answer(Answer::Replay(_))),
+            "the stored response, not the forged status"
+        );
+    }
+}

@@ -18,6 +18,9 @@ const KEPT_RELEASES: usize = 8;
 #[derive(Clone, Debug, Default)]
 pub(super) struct Seen {
     pub(super) read: Read,
+    /// The number of the last release known when `read` began: `read` is at least as new
+    /// as every release up to it.
+    pub(super) read_after: u64,
     /// The key's last [`KEPT_RELEASES`] releases, oldest first, numbered in the order this
     /// process learnt them: a waiter woken once for two releases (a rerun released at once)
     /// still sees the first, whose rerun the second ended.

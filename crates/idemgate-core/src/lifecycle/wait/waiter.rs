@@ -20,7 +20,7 @@ use crate::events::Released;
 use crate::fingerprint::Fingerprint;
 use crate::lifecycle::peek::{fingerprint_as, settled};
 use crate::lifecycle::{Answer, RoutePlan};
-use crate::record::{IdempotencyRecord, ScopedKey};
+use crate::record::{IdempotencyRecord, RecordState, ScopedKey};
 
 /// One waiter's state.
 pub(super) struct Wait {
@@ -169,7 +169,15 @@ impl Wait {
     ) -> Option<Waited> {
         let last = seen.last_release();
         for (n, released) in seen.releases_after(self.releases_seen) {
+            if seen.read_after < n {
+                return None; // the read that follows the release is still to come
+            }
             self.releases_seen = n;
+            if holds(&seen.read, released.lease) {
+                // Read after the release and still held by the released lease: not a
+                // release (a forged or misdirected event). The record is what counts.
+                continue;
+            }
             let rerun_released = n < last;
             if let Some(waited) = self
                 .release(n, released, rerun_released, gone.as_mut())
@@ -242,5 +250,17 @@ impl Wait {
             _ = gone => Err(Stop::Left),
             _ = place.closing.wait_for(|g| *g != generation) => Err(Stop::Closing),
         }
+    }
+}
+
+/// True when `read` is an in-flight record held by the lease whose id is `lease`.
+fn holds(read: &Read, lease: u64) -> bool {
+    match read {
+        Read::Record(r, _) => {
+            r.state == RecordState::InProgress
+                && r.lease_token
+                    .is_some_and(|t| Released::lease_id_of(t, r.fence) == lease)
+        }
+        Read::Pending | Read::Gone => false,
     }
 }

@@ -31,6 +31,7 @@ pub(super) async fn watch<St: IdempotencyStore>(
             _ = tokio::time::sleep(next) => false,
             _ = slot.seen.closed() => return,
         };
+        let known = slot.seen.borrow().last_release();
         next = match read(&lifecycle, &key).await {
             Ok(Some((record, now))) => {
                 let lease_left = record
@@ -43,6 +44,7 @@ pub(super) async fn watch<St: IdempotencyStore>(
                         return false;
                     }
                     seen.read = Read::Record(Arc::new(record), now);
+                    seen.read_after = known;
                     true
                 });
                 poll.min(Duration::from_millis(lease_left) + PAST_LEASE)
@@ -51,6 +53,7 @@ pub(super) async fn watch<St: IdempotencyStore>(
                 slot.seen.send_if_modified(|seen| {
                     let news = poked || !matches!(seen.read, Read::Gone);
                     seen.read = Read::Gone;
+                    seen.read_after = known;
                     news
                 });
                 // Gone: soon read again, for the run that may follow a release.

@@ -364,7 +364,7 @@ def test_a_wait_ends_with_in_flight_and_wait_ms_is_bounded():
 def test_a_release_passes_its_status_and_retry_after_to_the_callers_that_wait():
     key = new_key()
     lease = acquire(key)["lease"]
-    for bad, field in [({"status": 600}, "status"), ({"status": 99}, "status"),
+    for bad, field in [({"status": 600}, "status"), ({"status": 99}, "status"), ({"status": 101}, "status"),
                        ({"retry_after_ms": 86_400_001}, "retry_after_ms")]:
         body = problem(call("/v1/release", held(key, lease, **bad)), 400, "invalid-request")
         assert body["field"] == field, body
