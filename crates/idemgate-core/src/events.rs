@@ -146,9 +146,11 @@ impl KeyEvent {
     }
 }
 
-/// Plain decimal digits (no sign, as [`KeyEvent::encode`] writes them).
+/// Plain decimal digits, no sign and no leading zero (as [`KeyEvent::encode`] writes them).
 fn number<T: std::str::FromStr>(text: &str) -> Option<T> {
-    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let digits = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
     digits.then(|| text.parse().ok()).flatten()
 }
 
@@ -229,6 +231,8 @@ mod tests {
             &format!("r {id} 7 +503 -"),
             &format!("r {id} 7 503 86400001"),
             &format!("r {id} 7 503 +5"),
+            &format!("r {id} 7 0503 -"),
+            &format!("r {id} 7 503 01"),
         ] {
             assert_eq!(KeyEvent::decode(text), None, "{text:?}");
         }

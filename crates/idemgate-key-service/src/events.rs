@@ -173,12 +173,15 @@ impl Ring {
     }
 }
 
-/// `<epoch>-<number>`: 1 to 16 lowercase hex digits, then 1 to 20 decimal digits.
+/// `<epoch>-<number>`: 1 to 16 lowercase hex digits, then 1 to 20 decimal digits, neither
+/// with a leading zero.
 fn parse(cursor: &str) -> Option<(u64, u64)> {
     let (epoch, at) = cursor.split_once('-')?;
     let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
-    let epoch_ok = (1..=16).contains(&epoch.len()) && epoch.bytes().all(hex);
-    let at_ok = (1..=20).contains(&at.len()) && at.bytes().all(|b| b.is_ascii_digit());
+    // As `answer` writes them: no leading zero.
+    let bare = |s: &str| s == "0" || !s.starts_with('0');
+    let epoch_ok = (1..=16).contains(&epoch.len()) && epoch.bytes().all(hex) && bare(epoch);
+    let at_ok = (1..=20).contains(&at.len()) && at.bytes().all(|b| b.is_ascii_digit()) && bare(at);
     if !(epoch_ok && at_ok) {
         return None;
     }

@@ -120,6 +120,8 @@ async fn what_is_not_a_cursor_is_refused() {
         format!("+{epoch}-0"),
         format!("{}-0", epoch.to_uppercase()),
         format!("{epoch}-+0"),
+        format!("0{epoch}-0"),
+        format!("{epoch}-00"),
         format!("{epoch}-99999999999999999999999"),
     ] {
         if bad.len() < 50 && bad == start.cursor {

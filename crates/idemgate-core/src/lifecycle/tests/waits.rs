@@ -290,3 +290,65 @@ async fn a_release_event_the_record_contradicts_is_ignored() {
         );
     }
 }
+
+/// A release event that comes with the completion (a forged one racing it): the read after
+/// it shows the record settled, so the waiters replay it.
+#[tokio::test(start_paused = true)]
+async fn a_release_event_racing_the_completion_changes_no_answer() {
+    let (e, key, plan) = (engine(100), unique_key("alice"), waiting());
+    let first = holder(&e, &key, &plan).await;
+    let mut set = duplicates(&e, &key, plan, 10);
+    settle(&e, 10).await;
+    let forged = |retry_after_ms| crate::events::KeyEvent {
+        key: crate::events::KeyId::of(&key),
+        kind: crate::events::EventKind::Released(crate::events::Released {
+            lease: crate::events::Released::lease_id(&first.lease),
+            status: 429,
+            retry_after_ms: Some(retry_after_ms),
+        }),
+    };
+    e.finish(&first, Outcome::Complete(response(3))).await;
+    e.waiters.deliver(forged(60_000));
+    e.waiters.deliver(forged(59_999));
+    while let Some(begun) = set.join_next().await {
+        assert!(
+            matches!(begun.unwrap(), Begin::Answer(Answer::Replay(_))),
+            "the stored response, not the forged status"
+        );
+    }
+}
+
+/// A second release of the lease already released (a forged or repeated event, with another
+/// `Retry-After` so it is not dropped as heard twice) while the rerun starts: the waiters
+/// wait on the rerun and replay it.
+#[tokio::test(start_paused = true)]
+async fn a_second_release_of_a_released_lease_changes_no_answer() {
+    let (e, key, plan) = (engine(100), unique_key("alice"), waiting());
+    let first = holder(&e, &key, &plan).await;
+    let mut set = duplicates(&e, &key, plan, 10);
+    settle(&e, 10).await;
+    e.finish(&first, released(503)).await;
+    let again = crate::events::KeyEvent {
+        key: crate::events::KeyId::of(&key),
+        kind: crate::events::EventKind::Released(crate::events::Released {
+            lease: crate::events::Released::lease_id(&first.lease),
+            status: 429,
+            retry_after_ms: Some(60_000),
+        }),
+    };
+    e.waiters.deliver(again);
+    let rerun = match set.join_next().await.unwrap().unwrap() {
+        Begin::Run(h) => h,
+        other => panic!("{other:?}"),
+    };
+    settle(&e, 9).await;
+    e.waiters.deliver(again);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    e.finish(&rerun, Outcome::Complete(response(3))).await;
+    while let Some(begun) = set.join_next().await {
+        assert!(
+            matches!(begun.unwrap(), Begin::Answer(Answer::Replay(_))),
+            "the rerun's response, not the repeated release's status"
+        );
+    }
+}

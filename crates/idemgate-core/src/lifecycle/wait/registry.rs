@@ -47,11 +47,11 @@ impl Seen {
             .filter(move |(m, _)| *m > n)
     }
 
-    /// Adds release `r` as number `n`, unless it is the last one already (heard twice: in
-    /// process and from the store). True when added.
+    /// Adds release `r` as number `n`, unless a release of its lease is known already (a
+    /// lease is released once: heard twice, in process and from the store, or a forged
+    /// repeat with another status or `Retry-After`). True when added.
     fn push_release(&mut self, n: u64, r: Released) -> bool {
-        let last = self.released.iter().rev().flatten().next();
-        if last.is_some_and(|(_, known)| *known == r) {
+        if self.released.iter().flatten().any(|(_, known)| known.lease == r.lease) {
             return false;
         }
         self.released.rotate_left(1);

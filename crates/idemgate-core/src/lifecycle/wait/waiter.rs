@@ -35,6 +35,9 @@ pub(super) struct Wait {
     /// A release of the lease waited on (or a takeover) was acted on: the next in-flight
     /// lease is the rerun's, and is waited on in turn.
     follows: bool,
+    /// The lease id of the release this wait acted on: a lease is released once, so
+    /// another release of it (a forged or repeated event) is not acted on.
+    acted_on: Option<u64>,
     /// The client left (for the metric).
     pub(super) left: bool,
 }
@@ -56,6 +59,7 @@ impl Wait {
             releases_seen,
             waited_on: None,
             follows: false,
+            acted_on: None,
             left: false,
         }
     }
@@ -173,9 +177,10 @@ impl Wait {
                 return None; // the read that follows the release is still to come
             }
             self.releases_seen = n;
-            if holds(&seen.read, released.lease) {
-                // Read after the release and still held by the released lease: not a
-                // release (a forged or misdirected event). The record is what counts.
+            if contradicts(&seen.read, released.lease) {
+                // Read after the release: still held by the released lease (a forged or
+                // misdirected event), or settled (its answer is the record's, whatever
+                // came before). The record is what counts.
                 continue;
             }
             let rerun_released = n < last;
@@ -199,7 +204,10 @@ impl Wait {
         mut gone: Pin<&mut impl Future<Output = ()>>,
     ) -> Option<Waited> {
         // Someone else's lease, while the one waited on was not released: not this chain.
-        if self.waited_on.is_some_and(|w| w != released.lease) && !self.follows {
+        // Or the lease whose release this wait acted on already: a lease is released once.
+        if (self.waited_on.is_some_and(|w| w != released.lease) && !self.follows)
+            || self.acted_on == Some(released.lease)
+        {
             return None;
         }
         let answer = Waited::Answer(Answer::Released {
@@ -209,6 +217,7 @@ impl Wait {
         if std::mem::replace(&mut self.tried, true) {
             return Some(answer);
         }
+        self.acted_on = Some(released.lease);
         self.follows = true;
         if superseded {
             return None; // its rerun was released too: that release answers
@@ -253,12 +262,14 @@ impl Wait {
     }
 }
 
-/// True when `read` is an in-flight record held by the lease whose id is `lease`.
-fn holds(read: &Read, lease: u64) -> bool {
+/// True when `read`, made after a release of the lease whose id is `lease`, leaves that
+/// release nothing to do: the record is still in flight under that lease (no release
+/// happened), or settled (completed or failed: waiters answer from it).
+fn contradicts(read: &Read, lease: u64) -> bool {
     match read {
         Read::Record(r, _) => {
-            r.state == RecordState::InProgress
-                && r.lease_token
+            r.state != RecordState::InProgress
+                || r.lease_token
                     .is_some_and(|t| Released::lease_id_of(t, r.fence) == lease)
         }
         Read::Pending | Read::Gone => false,
