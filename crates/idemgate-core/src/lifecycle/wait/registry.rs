@@ -51,7 +51,12 @@ impl Seen {
     /// lease is released once: heard twice, in process and from the store, or a forged
     /// repeat with another status or `Retry-After`). True when added.
     fn push_release(&mut self, n: u64, r: Released) -> bool {
-        if self.released.iter().flatten().any(|(_, known)| known.lease == r.lease) {
+        if self
+            .released
+            .iter()
+            .flatten()
+            .any(|(_, known)| known.lease == r.lease)
+        {
             return false;
         }
         self.released.rotate_left(1);
