@@ -143,6 +143,17 @@ pub enum OutcomeWrite<'a> {
     Release,
 }
 
+impl OutcomeWrite<'_> {
+    /// The primitive's name, for metrics and logs: `complete`, `fail` or `release`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Complete(_) => "complete",
+            Self::Fail => "fail",
+            Self::Release => "release",
+        }
+    }
+}
+
 /// The atomic primitives of a backend. Each method is one atomic step; none of them decides
 /// what an answer means (that is [`crate::engine`] and [`crate::lifecycle`]).
 ///

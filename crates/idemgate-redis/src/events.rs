@@ -82,11 +82,7 @@ impl RedisStore {
         write: OutcomeWrite<'_>,
         event: &KeyEvent,
     ) -> Result<(), StoreError> {
-        let op = match write {
-            OutcomeWrite::Complete(_) => "complete",
-            OutcomeWrite::Fail => "fail",
-            OutcomeWrite::Release => "release",
-        };
+        let op = write.name();
         let mut inv = self.outcome_invocation(lease, write);
         if self.events.is_some() {
             inv.arg(self.channel()).arg(event.encode());

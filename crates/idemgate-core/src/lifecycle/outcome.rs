@@ -42,10 +42,15 @@ impl Outcome {
     };
 
     fn name(&self) -> &'static str {
+        self.write().name()
+    }
+
+    /// The store write that records it.
+    fn write(&self) -> OutcomeWrite<'_> {
         match self {
-            Self::Complete(_) => "complete",
-            Self::Fail => "fail",
-            Self::Release { .. } => "release",
+            Self::Complete(r) => OutcomeWrite::Complete(r),
+            Self::Fail => OutcomeWrite::Fail,
+            Self::Release { .. } => OutcomeWrite::Release,
         }
     }
 
@@ -235,13 +240,9 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             .then(|| self.event_of(holder, outcome))
             .flatten()
         {
-            let write = match outcome {
-                Outcome::Complete(r) => OutcomeWrite::Complete(r),
-                Outcome::Fail => OutcomeWrite::Fail,
-                Outcome::Release { .. } => OutcomeWrite::Release,
-            };
+            let write = outcome.write();
             let written = self.store.write_announced(lease, write, &event);
-            return (self.timed(outcome.name(), written).await, Some(event));
+            return (self.timed(write.name(), written).await, Some(event));
         }
         let written = match outcome {
             Outcome::Complete(r) => self.timed("complete", self.store.complete(lease, r)).await,

@@ -184,12 +184,7 @@ async fn retry_after_a_crash(backend: Backend, lease_expired: &str) -> Option<Cr
     let config = dir.path().join("idemgate.toml");
     let policy = format!("[defaults]\nlease_ttl = \"1s\"\nlease_expired = \"{lease_expired}\"\n");
     std::fs::write(&config, format!("{}{policy}", store.toml())).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = crate::support::key_service::free_addr();
     let k = key();
     let mut gw = spawn_binary_on(&listen, &up.base, &config).await;
     let first = tokio::spawn(post(&gw.base, CRASH_PATH, Some(&k), "{}").send());
@@ -270,12 +265,8 @@ async fn a_killed_holder_gives_its_waiters_outcome_unknown_after_its_lease(backe
     let config = dir.path().join("idemgate.toml");
     let policy = "[defaults]\nlease_ttl = \"1s\"\non_in_flight = \"wait\"\nmax_wait = \"10s\"\n";
     std::fs::write(&config, format!("{}{policy}", store.toml())).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut holder = spawn_binary_on(&format!("127.0.0.1:{port}"), &up.base, &config).await;
+    let mut holder =
+        spawn_binary_on(&crate::support::key_service::free_addr(), &up.base, &config).await;
     let gw = gateway(&up.base, &store.url, |c| {
         store.configure(c);
         c.defaults.set("lease_ttl", "1s");
