@@ -219,6 +219,7 @@ impl IdempotencyStore for KeyServiceStore {
                     headers: Vec::new(),
                     body: Bytes::new(),
                     replayable: false,
+                    sealed_by: None,
                 };
                 self.post_complete(lease, &kept).await.map_err(store_error)
             }

@@ -51,6 +51,12 @@ wire_types! {
         pub body_base64: String,
         /// False when the body was not kept.
         pub replayable: bool,
+        /// The encryption key id (16 hex digits) of a response sealed by the gateway
+        /// before it was sent (`idemgate_core::seal`): `headers` is then empty and the body
+        /// holds the sealed form. Absent for a response in clear.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(pattern = r"^[0-9a-f]{16}$"))]
+        pub sealed_by: Option<String>,
     }
 
     /// A record, lossless.

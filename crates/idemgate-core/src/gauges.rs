@@ -171,6 +171,17 @@ pub trait GaugedStore: IdempotencyStore {
         self.gauges()
     }
 
+    /// Records holding a sealed response ([`crate::seal`]), per key id (16 hex digits), in
+    /// key id order, expired ones not yet purged included: one scan, for `idemgate stats`
+    /// (an old key may be removed from `encryption_key_files` once none remain under its
+    /// id). `None` where the store cannot count them (the default).
+    ///
+    /// # Errors
+    /// A store error.
+    fn count_sealed(&self) -> impl Future<Output = Result<Option<Vec<(String, u64)>>>> + Send {
+        std::future::ready(Ok(None))
+    }
+
     /// Counts the records a purge would delete now (past their `expires_at`), deleting
     /// nothing; at most `limit` are counted. `None` where the store expires records itself
     /// (Redis).

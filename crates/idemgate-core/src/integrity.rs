@@ -30,14 +30,21 @@ use sha2::{Digest, Sha256};
 
 use crate::fingerprint::Fingerprint;
 use crate::record::{
-    IdempotencyRecord, LeaseToken, RecordState, ScopedKey, StoredResponse, UnixMillis,
+    EncryptionKeyId, IdempotencyRecord, LeaseToken, RecordState, ScopedKey, StoredResponse,
+    UnixMillis,
 };
 use crate::store::StoreError;
 
 /// Domain separation for [`response_checksum`]; a new layout gets a new tag.
 const CHECKSUM_TAG: &[u8] = b"idemgate-response-v1";
 
-/// SHA-256 over the record's scope and `response` (status, replayable, headers, body).
+/// Domain separation for a sealed response's checksum ([`crate::seal`]): a build from before
+/// sealing computes [`CHECKSUM_TAG`]'s sum over it, which never matches, so it reads a sealed
+/// record as corrupt and never replays its ciphertext.
+const SEALED_CHECKSUM_TAG: &[u8] = b"idemgate-response-sealed-v1";
+
+/// SHA-256 over the record's scope and `response` (status, replayable, headers, body; for a
+/// sealed response, the key id and the sealed bytes, never the plaintext).
 ///
 /// Binding the scope means a response copied into another record fails its check too.
 pub fn response_checksum(key: &ScopedKey, response: &StoredResponse) -> [u8; 32] {
@@ -46,7 +53,13 @@ pub fn response_checksum(key: &ScopedKey, response: &StoredResponse) -> [u8; 32]
         h.update((bytes.len() as u64).to_be_bytes());
         h.update(bytes);
     };
-    field(CHECKSUM_TAG);
+    match &response.sealed_by {
+        None => field(CHECKSUM_TAG),
+        Some(id) => {
+            field(SEALED_CHECKSUM_TAG);
+            field(&id.0);
+        }
+    }
     field(key.principal.as_bytes());
     field(key.route.as_bytes());
     field(key.key.as_str().as_bytes());
@@ -88,7 +101,6 @@ pub const MAX_STORED_RESPONSE_BYTES: usize = 256 << 20;
 /// # Errors
 /// The first rule broken, as a message (e.g. `"status 304 is never replayed"`).
 pub fn check_storable(response: &StoredResponse) -> Result<(), String> {
-    check_header_syntax(&response.headers)?;
     let status = response.status;
     if !is_status_allowed(status, response.replayable) {
         return Err(match status {
@@ -96,8 +108,9 @@ pub fn check_storable(response: &StoredResponse) -> Result<(), String> {
             s => format!("status {s} is not a storable final status (200-599)"),
         });
     }
-    if !response.replayable && !response.body.is_empty() {
-        return Err("a response marked not replayable holds a body".into());
+    match response.sealed_by {
+        None => check_opened(response)?,
+        Some(_) => check_sealed_form(response)?,
     }
     let too_long = |n: usize| u32::try_from(n).is_err();
     if let Some((name, _)) = response
@@ -117,6 +130,32 @@ pub fn check_storable(response: &StoredResponse) -> Result<(), String> {
         return Err(format!(
             "{total} bytes of headers and body exceed {MAX_STORED_RESPONSE_BYTES}"
         ));
+    }
+    Ok(())
+}
+
+/// The rules on a response's headers and body in clear (a response read from a store, or
+/// opened by [`crate::seal::Keyring::open`]): HTTP header syntax ([`check_header_syntax`]),
+/// and no body when it is not replayable.
+///
+/// # Errors
+/// The first rule broken, as a message.
+pub fn check_opened(response: &StoredResponse) -> Result<(), String> {
+    check_header_syntax(&response.headers)?;
+    if !response.replayable && !response.body.is_empty() {
+        return Err("a response marked not replayable holds a body".into());
+    }
+    Ok(())
+}
+
+/// The shape of a sealed response ([`crate::seal`]): no headers in clear, and a body at
+/// least as long as the sealed form's overhead.
+fn check_sealed_form(response: &StoredResponse) -> Result<(), String> {
+    if !response.headers.is_empty() {
+        return Err("a sealed response holds headers in clear".into());
+    }
+    if response.body.len() < crate::seal::SEAL_OVERHEAD + 4 {
+        return Err("a sealed response is shorter than its sealed form".into());
     }
     Ok(())
 }
@@ -179,6 +218,9 @@ pub struct RawRecord {
     /// [`response_checksum`] of the stored response; `None` for records written before
     /// checksums existed.
     pub checksum: Option<Vec<u8>>,
+    /// The [`EncryptionKeyId`] a sealed response was sealed with, as 16 hex digits
+    /// ([`crate::seal`]); `None` for a response in clear.
+    pub sealed_by: Option<String>,
 }
 
 impl RawRecord {
@@ -208,6 +250,7 @@ impl RawRecord {
             body: None,
             replayable: None,
             checksum: None,
+            sealed_by: None,
         }
     }
 
@@ -251,6 +294,7 @@ impl RawRecord {
             self.body = Some(r.body.clone());
             self.replayable = Some(r.replayable);
             self.checksum = Some(response_checksum(&self.key, r).to_vec());
+            self.sealed_by = r.sealed_by.map(|id| id.to_string());
         }
     }
 
@@ -322,27 +366,34 @@ impl RawRecord {
             .and_then(|s| u16::try_from(s).ok())
             .filter(|s| is_status_allowed(*s, replayable))
             .ok_or_else(|| corrupt("stored status missing or not a storable HTTP status"))?;
+        let sealed_by = match &self.sealed_by {
+            None => None,
+            Some(id) => Some(id.parse::<EncryptionKeyId>().map_err(|e| corrupt(&e))?),
+        };
         let raw_headers = self
             .headers
             .as_ref()
             .ok_or_else(|| corrupt("stored headers missing"))?;
         let headers = StoredResponse::decode_headers(raw_headers)
             .map_err(|e| corrupt(&format!("stored headers: {e}")))?;
-        check_header_syntax(&headers).map_err(|e| corrupt(&format!("stored headers: {e}")))?;
         let body = match (&self.body, replayable) {
             (Some(b), _) => b.clone(),
-            (None, false) => Bytes::new(),
-            (None, true) => return Err(corrupt("stored body missing")),
+            (None, false) if sealed_by.is_none() => Bytes::new(),
+            (None, _) => return Err(corrupt("stored body missing")),
         };
-        if !replayable && !body.is_empty() {
-            return Err(corrupt("a response marked not replayable holds a body"));
-        }
         let response = StoredResponse {
             status,
             headers,
             body,
             replayable,
+            sealed_by,
         };
+        match sealed_by {
+            None => check_header_syntax(&response.headers)
+                .map_err(|e| corrupt(&format!("stored headers: {e}")))
+                .and_then(|()| check_opened(&response).map_err(|e| corrupt(&e))),
+            Some(_) => check_sealed_form(&response).map_err(|e| corrupt(&e)),
+        }?;
         if let Some(sum) = &self.checksum {
             if sum.as_slice() != response_checksum(&self.key, &response) {
                 return Err(corrupt("stored response fails its checksum"));

@@ -22,6 +22,7 @@
 //! - [`counters`]: the lifecycle's counters, each series registered at 0 at start-up.
 //! - [`lifecycle`]: begin (acquire, decide, reconcile), hold (renew), finish (record the
 //!   outcome until it lands), with a deadline on every store call.
+//! - [`seal`]: encryption at rest of stored responses ([`seal::Keyring`]).
 //! - [`loghash`]: keyed hashes of keys and principals for logs.
 //! - [`status`]: what an upstream's status does to its record (store, release, fail).
 //!
@@ -56,6 +57,7 @@ pub mod purge;
 pub mod record;
 pub mod redact;
 pub mod report;
+pub mod seal;
 pub mod status;
 pub mod store;
 #[cfg(feature = "testing")]
@@ -74,7 +76,7 @@ pub use lifecycle::{
 pub use memory::MemoryStore;
 pub use purge::{PurgeHandle, PurgeStopped};
 pub use record::{
-    now_millis, IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse,
-    UnixMillis,
+    now_millis, EncryptionKeyId, IdempotencyRecord, Lease, LeaseToken, RecordState, ScopedKey,
+    StoredResponse, UnixMillis,
 };
 pub use store::{BoxError, IdempotencyStore, InsertOutcome, InsertRequest, Peeked, StoreError};

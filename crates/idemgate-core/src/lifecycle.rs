@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use crate::engine::{decide, Decision};
 use crate::fingerprint::Fingerprint;
 use crate::record::{IdempotencyRecord, Lease, LeaseToken, ScopedKey, StoredResponse};
+use crate::seal::Keyring;
 use crate::store::{IdempotencyStore, InsertOutcome, InsertRequest, StoreError};
 
 mod config;
@@ -141,6 +142,9 @@ pub struct Lifecycle<St> {
     reclaims: Arc<reclaim::Reclaims>,
     /// Duplicates waiting on in-flight keys ([`wait`]).
     waiters: Arc<Waiters>,
+    /// The encryption keys that seal outcomes and open records ([`crate::seal`]); `None`
+    /// stores responses in clear (and reads a sealed record as corrupt).
+    keyring: Option<Arc<Keyring>>,
 }
 
 impl<St> Clone for Lifecycle<St> {
@@ -151,6 +155,7 @@ impl<St> Clone for Lifecycle<St> {
             pending: self.pending.clone(),
             reclaims: self.reclaims.clone(),
             waiters: self.waiters.clone(),
+            keyring: self.keyring.clone(),
         }
     }
 }
@@ -164,6 +169,11 @@ impl<St> Lifecycle<St> {
     /// The engine-wide settings.
     pub fn config(&self) -> &LifecycleConfig {
         &self.config
+    }
+
+    /// The encryption keys, when responses are sealed at rest ([`Lifecycle::with_keyring`]).
+    pub fn keyring(&self) -> Option<&Keyring> {
+        self.keyring.as_deref()
     }
 
     /// Outcome writes being retried, and the response bytes they hold.
@@ -181,7 +191,16 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             pending: Arc::default(),
             reclaims: Arc::default(),
             waiters: Arc::default(),
+            keyring: None,
         }
+    }
+
+    /// Seals every stored response with `keyring`'s first key and opens records with any of
+    /// its keys ([`crate::seal`]: encryption at rest). Without it responses are stored in
+    /// clear, and a sealed record reads as corrupt (never replayed).
+    pub fn with_keyring(mut self, keyring: Option<Arc<Keyring>>) -> Self {
+        self.keyring = keyring;
+        self
     }
 
     /// Acquires `key` for a request with `fingerprint`, or says how to answer it.
@@ -272,9 +291,12 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                     Ok(None) => continue, // changed since the read
                     Err(e) => self.store_failed(key, e),
                 },
-                decision => match peek::settled(key, record, decision) {
-                    Some(answer) => answer,
-                    None => continue,
+                decision => match peek::opened(self.keyring(), record, decision) {
+                    Err(e) => self.store_failed(key, e),
+                    Ok(record) => match peek::settled(key, record, decision) {
+                        Some(answer) => answer,
+                        None => continue,
+                    },
                 },
             };
             return Begin::Answer(answer);

@@ -282,6 +282,14 @@ impl GaugedStore for MemoryStore {
         Ok(g)
     }
 
+    async fn count_sealed(&self) -> Result<Option<Vec<(String, u64)>>> {
+        let mut by_id = std::collections::BTreeMap::<String, u64>::new();
+        for id in self.map().values().filter_map(|r| r.sealed_by.clone()) {
+            *by_id.entry(id).or_default() += 1;
+        }
+        Ok(Some(by_id.into_iter().collect()))
+    }
+
     async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>> {
         let now = self.now();
         let n = self.map().values().filter(|r| expired(r, now)).count() as u64;

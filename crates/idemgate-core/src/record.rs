@@ -80,6 +80,47 @@ pub struct StoredResponse {
     /// False when the response streamed or exceeded the stored-size cap: the operation ran,
     /// but its body was not kept, so a retry is told so instead of getting a copy.
     pub replayable: bool,
+    /// The key the response is sealed with ([`crate::seal`]), or `None` in clear. A sealed
+    /// response has no headers and its body is the sealed form of the headers and body;
+    /// status and `replayable` stay in clear.
+    pub sealed_by: Option<EncryptionKeyId>,
+}
+
+/// The id of an encryption key ([`crate::seal`]): the first 8 bytes of a SHA-256 over the
+/// key, shown as 16 lowercase hex digits. Derived from the key, never from its position in
+/// `encryption_key_files`, so it names the same key on every process.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EncryptionKeyId(pub [u8; 8]);
+
+impl fmt::Display for EncryptionKeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for EncryptionKeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EncryptionKeyId({self})")
+    }
+}
+
+impl std::str::FromStr for EncryptionKeyId {
+    type Err = String;
+
+    /// Parses 16 lowercase hex digits (the stored form).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let lower = s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let mut id = [0u8; 8];
+        match lower && hex::decode_to_slice(s, &mut id).is_ok() {
+            true => Ok(Self(id)),
+            false => Err(format!(
+                "key id `{}` is not 16 lowercase hex digits",
+                s.escape_debug()
+            )),
+        }
+    }
 }
 
 impl fmt::Debug for StoredResponse {
@@ -89,6 +130,7 @@ impl fmt::Debug for StoredResponse {
             .field("headers", &self.headers.len())
             .field("body_bytes", &self.body.len())
             .field("replayable", &self.replayable)
+            .field("sealed_by", &self.sealed_by)
             .finish()
     }
 }

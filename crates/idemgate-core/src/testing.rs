@@ -27,6 +27,7 @@ mod damage;
 mod expiry;
 mod peek;
 mod resolve;
+mod sealed;
 
 pub use admin::*;
 pub use cases::*;
@@ -34,6 +35,7 @@ pub use damage::*;
 pub use expiry::*;
 pub use peek::*;
 pub use resolve::*;
+pub use sealed::*;
 
 /// A key unique to this process and call.
 pub fn unique_key(principal: &str) -> ScopedKey {
@@ -77,6 +79,7 @@ pub fn response(len: usize) -> StoredResponse {
         ],
         body: (0..len).map(|i| (i * 31 % 256) as u8).collect(),
         replayable: true,
+        sealed_by: None,
     }
 }
 
@@ -145,7 +148,8 @@ macro_rules! store_conformance {
             renewal_outlives_record_ttl, concurrent_takeover_has_one_winner,
             fail_then_take_over, release_allows_retry, scope_isolates_records,
             expired_ttl_counts_as_absent, purge_spares_reacquired,
-            peek_agrees_with_insert_or_get);
+            peek_agrees_with_insert_or_get, sealed_responses_are_kept_and_opened,
+            lifecycle_seals_what_it_stores);
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn purge_in_batches() {
             if let Some(store) = $make().await {
@@ -305,6 +309,14 @@ macro_rules! delegate_admin {
                 &self,
             ) -> ::std::result::Result<$crate::StoreCount, $crate::StoreError> {
                 self.$field.count_exact().await
+            }
+            async fn count_sealed(
+                &self,
+            ) -> ::std::result::Result<
+                ::std::option::Option<::std::vec::Vec<(::std::string::String, u64)>>,
+                $crate::StoreError,
+            > {
+                self.$field.count_sealed().await
             }
             async fn count_expired(
                 &self,

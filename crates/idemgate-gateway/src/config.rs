@@ -81,8 +81,9 @@ pub struct Config {
     /// After a failover to a standby that lacked them, the entries are written back to the new
     /// primary (never over an outcome), and a restart refuses a former primary brought back
     /// read-write (docs/postgres-ha.md, "The forward journal"). Costs one fsync'd local write
-    /// per new key and per outcome. Entries hold response bodies unencrypted. A relative path
-    /// is resolved against the working directory. Restart-only. Default empty (off).
+    /// per new key and per outcome. Entries hold responses as the store does (sealed with
+    /// `encryption_key_files`). A relative path is resolved against the working directory.
+    /// Restart-only. Default empty (off).
     pub forward_journal_file: String,
     /// The longest a journal entry is kept without a standby confirming it: then it is
     /// dropped, logged and counted in `idempotency_forward_journal_expired_total` (a failover
@@ -165,6 +166,16 @@ pub struct Config {
     /// logs; the environment variable `IDEMGATE_LOG_HASH_KEY` overrides it. Empty: a random
     /// secret per process. Default empty.
     pub log_hash_key: String,
+    /// Files of the keys that encrypt stored responses at rest (docs/security.md), each
+    /// holding 64 hex digits (32 bytes, e.g. `openssl rand -hex 32`), read once at start-up and
+    /// never logged. The first seals every new response (XChaCha20-Poly1305); every one opens
+    /// the records sealed with it, so rotate by adding the new key first and removing the old
+    /// one once `idemgate stats` counts no record under its key id. A record sealed with a key
+    /// not listed answers `500 record-corrupt`. Only once every process runs a build that
+    /// knows encryption: an older one reads sealed records as corrupt. Relative paths are
+    /// resolved against the working directory. Restart-only. Default empty (responses stored
+    /// in clear).
+    pub encryption_key_files: Vec<String>,
     /// Route policy for every covered request, unless a route overrides it: an overlay on
     /// [`idemgate_tower::RoutePolicy::default`], with the keys of
     /// [`idemgate_tower::policy::RouteEntry`].
@@ -236,6 +247,7 @@ impl Default for Config {
             purge_batch: 1000,
             gauges_interval: "15s".into(),
             log_hash_key: String::new(),
+            encryption_key_files: Vec::new(),
             defaults: RouteTable::default(),
             routes: Vec::new(),
             jwt: None,

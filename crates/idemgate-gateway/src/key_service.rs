@@ -112,7 +112,8 @@ pub async fn run(
     base.policy.problem_type_base = idemgate_core::problem::DEFAULT_BASE.into();
     let host = Host::start(&base, &store, admin, shutdown);
     crate::telemetry::register_key_service(&config.service, store.backend());
-    let lifecycle = Lifecycle::new(store.clone(), config.base.policy.lifecycle.clone());
+    let lifecycle = Lifecycle::new(store.clone(), config.base.policy.lifecycle.clone())
+        .with_keyring(config.base.keyring.clone());
     let service = KeyService::new(lifecycle, &config.service);
     let router = idemgate_key_service::router(service.clone());
     tracing::info!(

@@ -98,6 +98,11 @@ pub fn restart_only(running: &Validated, new: &Validated) -> Vec<&'static str> {
         (journal[0], "forward_journal_file"),
         (journal[1], "forward_journal_window"),
         (journal[2], "failover_grace"),
+        (
+            a.keyring.as_ref().map(|k| k.ids().collect::<Vec<_>>())
+                != b.keyring.as_ref().map(|k| k.ids().collect::<Vec<_>>()),
+            "encryption_key_files",
+        ),
         (a.purge_interval != b.purge_interval, "purge_interval"),
         (a.purge_batch != b.purge_batch, "purge_batch"),
         (a.policy.lifecycle != b.policy.lifecycle, lifecycle),

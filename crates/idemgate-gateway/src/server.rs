@@ -85,7 +85,8 @@ pub async fn run_reloading(
 ) -> anyhow::Result<()> {
     let host = Host::start(&config.base, &store, admin, shutdown);
     crate::telemetry::register_gateway(&config.base.policy, store.backend());
-    let layer = IdempotencyLayer::from_arc(store.clone(), config.base.policy.clone());
+    let layer = IdempotencyLayer::from_arc(store.clone(), config.base.policy.clone())
+        .with_keyring(config.base.keyring.clone());
     let (app_tx, app_rx) = watch::channel(gateway_app(&layer, &config));
     // The longest upstream timeout any configuration had: the drain at shutdown waits that.
     let longest_timeout = Arc::new(Mutex::new(config.upstream_timeout));

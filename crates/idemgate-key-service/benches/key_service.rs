@@ -78,6 +78,7 @@ fn response() -> StoredResponse {
         headers: vec![("content-type".into(), "application/json".into())],
         body: bytes::Bytes::from_static(br#"{"id":"pay_1","status":"ok"}"#),
         replayable: true,
+        sealed_by: None,
     }
 }
 

@@ -148,6 +148,7 @@ pub fn response(r: &ResponseParts) -> Result<StoredResponse, ApiError> {
         headers,
         body: Bytes::from(body),
         replayable: true,
+        sealed_by: None,
     };
     idemgate_core::integrity::check_storable(&stored)
         .map_err(|e| ApiError::invalid("response.status", e))?;

@@ -53,6 +53,7 @@ fn response() -> StoredResponse {
             br#"{"id":"0123456789abcdef0123456789abcdef","status":"created"}"#,
         ),
         replayable: true,
+        sealed_by: None,
     }
 }
 

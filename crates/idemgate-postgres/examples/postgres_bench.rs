@@ -88,6 +88,7 @@ fn stored_response() -> StoredResponse {
             "x".repeat(140)
         )),
         replayable: true,
+        sealed_by: None,
     }
 }
 

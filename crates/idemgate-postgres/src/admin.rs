@@ -53,8 +53,8 @@ impl AdminStore for PostgresStore {
         };
         for r in &rows {
             let scope = ScopedKey {
-                principal: r.try_get(17).map_err(classify)?,
-                route: r.try_get(18).map_err(classify)?,
+                principal: r.try_get(18).map_err(classify)?,
+                route: r.try_get(19).map_err(classify)?,
                 key: filter.key.clone(),
             };
             let read = row::decode(&scope, r)?;

@@ -166,6 +166,24 @@ impl GaugedStore for PostgresStore {
         Ok(self.durability_report().await?)
     }
 
+    /// One scan of the table.
+    async fn count_sealed(&self) -> Result<Option<Vec<(String, u64)>>, StoreError> {
+        let sql = format!(
+            "SELECT response_key_id, count(*) FROM {} WHERE response_key_id IS NOT NULL \
+             GROUP BY 1 ORDER BY 1",
+            self.table.qualified()
+        );
+        let rows: Vec<(String, i64)> = sqlx::query_as(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        Ok(Some(
+            rows.into_iter()
+                .map(|(id, n)| (id, n.max(0) as u64))
+                .collect(),
+        ))
+    }
+
     /// An index range scan over `expires_at`, stopped at `limit`.
     async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>, StoreError> {
         let t = self.table.qualified();

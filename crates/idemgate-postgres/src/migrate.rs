@@ -44,6 +44,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "failovers",
         template: include_str!("../migrations/0004_failovers.sql"),
     },
+    Migration {
+        version: 5,
+        description: "response_key_id",
+        template: include_str!("../migrations/0005_response_key_id.sql"),
+    },
 ];
 
 impl Migration {

@@ -55,7 +55,8 @@ impl PostgresStore {
             .bind(headers.as_slice())
             .bind(response.body.as_ref())
             .bind(response.replayable)
-            .bind(checksum.as_slice());
+            .bind(checksum.as_slice())
+            .bind(response.sealed_by.map(|id| id.to_string()));
         // `Executor::execute` (a boxed future), so callers can spawn this future.
         held(executor.execute(query).await)
     }

@@ -49,6 +49,7 @@ where
 pub(crate) fn decode(key: &ScopedKey, row: &PgRow) -> Result<ReadRow> {
     let fence: Option<i64> = opt(row, 4);
     let checksum_fence: Option<i64> = opt(row, 15);
+    let checksum_current = checksum_fence.is_some() && checksum_fence == fence;
     let raw = RawRecord {
         key: key.clone(),
         fingerprint_digest: opt::<Vec<u8>>(row, 1),
@@ -67,8 +68,13 @@ pub(crate) fn decode(key: &ScopedKey, row: &PgRow) -> Result<ReadRow> {
         // A checksum seals the response written at its fence. One left behind by a gateway
         // built before checksums, which replaced or took over the record (fence + 1) and
         // wrote another response, is stale: the record is then checked without it.
-        checksum: opt::<Vec<u8>>(row, 14)
-            .filter(|_| checksum_fence.is_some() && checksum_fence == fence),
+        checksum: opt::<Vec<u8>>(row, 14).filter(|_| checksum_current),
+        // Sealed at the checksum's fence, and covered by it; left behind like it otherwise.
+        // A value that is not text reads as an empty id, which never parses: corrupt.
+        sealed_by: match row.try_get::<Option<String>, _>(17) {
+            Ok(id) => id.filter(|_| checksum_current),
+            Err(_) => Some(String::new()),
+        },
     };
     Ok(ReadRow {
         raw,

@@ -87,12 +87,14 @@ impl Table {
 }
 
 /// The columns every read returns, in [`crate::row`]'s order: the record's columns (times
-/// in ms) and the database clock. Preceded by `inserted` (a boolean) in every statement.
+/// in ms), the database clock, then the key id. Preceded by `inserted` (a boolean) in every
+/// statement.
 pub(crate) fn record_columns() -> String {
     format!(
         "request_hash, fingerprint_version, state, fence, lease_token, {} AS lease_end_ms, \
          {} AS created_ms, {} AS completed_ms, {} AS expires_ms, status, response_headers, \
-         response, replayable, response_checksum, response_checksum_fence, {} AS now_ms",
+         response, replayable, response_checksum, response_checksum_fence, {} AS now_ms, \
+         response_key_id",
         ms("lease_expires_at"),
         ms("created_at"),
         ms("completed_at"),
@@ -121,7 +123,8 @@ pub(crate) struct Statements {
     pub(crate) take_over: String,
     /// CAS on `$1..$3` key, `$4` fence, `$5` token; `$6` lease ms. Returns the new expiry.
     pub(crate) renew: String,
-    /// CAS as renew; `$6` status, `$7` headers, `$8` body, `$9` replayable, `$10` checksum.
+    /// CAS as renew; `$6` status, `$7` headers, `$8` body, `$9` replayable, `$10` checksum,
+    /// `$11` key id.
     pub(crate) complete: String,
     /// CAS as renew.
     pub(crate) fail: String,
@@ -131,9 +134,10 @@ pub(crate) struct Statements {
     pub(crate) purge: String,
 }
 
-/// `SET` clause that clears the stored response and its checksum.
+/// `SET` clause that clears the stored response, its checksum and its key id.
 const NO_RESPONSE: &str = "status = NULL, response_headers = NULL, response = NULL, \
-     replayable = NULL, response_checksum = NULL, response_checksum_fence = NULL";
+     replayable = NULL, response_checksum = NULL, response_checksum_fence = NULL, \
+     response_key_id = NULL";
 
 impl Statements {
     pub(crate) fn new(table: &Table) -> Self {
@@ -193,7 +197,7 @@ impl Statements {
             complete: format!(
                 "UPDATE {t} SET state = 'completed', status = $6, response_headers = $7, \
                  response = $8, replayable = $9, response_checksum = $10, \
-                 response_checksum_fence = fence, completed_at = {now}, \
+                 response_checksum_fence = fence, response_key_id = $11, completed_at = {now}, \
                  lease_token = NULL, lease_expires_at = NULL WHERE {held}"
             ),
             fail: format!(

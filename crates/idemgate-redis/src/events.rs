@@ -56,7 +56,12 @@ impl RedisStore {
                     .arg(response.body.as_ref())
                     .arg(if response.replayable { "1" } else { "0" })
                     .arg(&response_checksum(&lease.key, response)[..])
-                    .arg(self.confirm());
+                    .arg(self.confirm())
+                    .arg(
+                        response
+                            .sealed_by
+                            .map_or_else(String::new, |id| id.to_string()),
+                    );
                 inv
             }
             OutcomeWrite::Fail => {

@@ -41,9 +41,9 @@ impl Fields {
 
     /// Every field a record may have, in the order `insert_or_get.lua` returns their values
     /// (see `scripts/common.lua`).
-    pub(crate) const NAMES: [&'static str; 17] = [
+    pub(crate) const NAMES: [&'static str; 18] = [
         "p", "r", "k", "fv", "fd", "st", "fe", "lt", "le", "ca", "co", "ex", "rs", "rh", "rb",
-        "rr", "cs",
+        "rr", "cs", "ki",
     ];
 
     /// Reads an `HMGET` reply for [`Fields::NAMES`]: one value per name, in order, nil for
@@ -131,6 +131,10 @@ impl Fields {
             headers: self.take("rh").map(Bytes::from),
             body: self.take("rb").map(Bytes::from),
             checksum: self.take("cs"),
+            // Not UTF-8: an empty id, which never parses (corrupt).
+            sealed_by: self
+                .take("ki")
+                .map(|id| String::from_utf8(id).unwrap_or_default()),
         })
     }
 

@@ -31,8 +31,8 @@ fn list(conn: &Connection, filter: &KeyFilter) -> Result<Vec<RawRecord>> {
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(args.as_slice(), |row| {
         let scope = ScopedKey {
-            principal: row.get(14)?,
-            route: row.get(15)?,
+            principal: row.get(15)?,
+            route: row.get(16)?,
             key: filter.key.clone(),
         };
         decode(row, &scope)

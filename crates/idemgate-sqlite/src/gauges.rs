@@ -175,6 +175,16 @@ impl GaugedStore for SqliteStore {
         self.read(|c| gauges(c, i64::MAX)).await
     }
 
+    /// One scan of the table.
+    async fn count_sealed(&self) -> Result<Option<Vec<(String, u64)>>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(COUNT_SEALED)?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?;
+            Ok(Some(rows.collect::<rusqlite::Result<_>>()?))
+        })
+        .await
+    }
+
     /// An index range scan over `expires_at`, stopped at `limit`.
     async fn count_expired(&self, limit: NonZeroU32) -> Result<Option<u64>, StoreError> {
         self.read(move |c| {
@@ -209,6 +219,10 @@ impl GaugedStore for SqliteStore {
             .with_fact("synchronous", sync.pragma_value().to_ascii_lowercase()))
     }
 }
+
+/// Records per key id of a sealed response (a value that is not text reads as `''`).
+const COUNT_SEALED: &str = "SELECT CAST(response_key_id AS TEXT), count(*)
+    FROM idempotency_records WHERE response_key_id IS NOT NULL GROUP BY 1 ORDER BY 1";
 
 #[cfg(test)]
 mod tests;

@@ -26,7 +26,7 @@ const INSERT: &str = "INSERT INTO idempotency_records (principal, route, key, fi
     state = 'in_progress', fence = fence + 1, lease_token = excluded.lease_token,
     lease_expires_at = excluded.lease_expires_at, status = NULL, response_headers = NULL,
     response_body = NULL, replayable = NULL, response_checksum = NULL,
-    created_at = excluded.created_at, completed_at = NULL, expires_at = excluded.expires_at
+    response_key_id = NULL, created_at = excluded.created_at, completed_at = NULL, expires_at = excluded.expires_at
     WHERE expires_at <= excluded.created_at
     RETURNING fence";
 
@@ -43,7 +43,8 @@ const INSERT_ABSENT: &str = "INSERT INTO idempotency_records (principal, route, 
 const TAKE_OVER: &str = "UPDATE idempotency_records SET state = 'in_progress',
     fence = fence + 1, lease_token = ?8, lease_expires_at = ?9, status = NULL,
     response_headers = NULL, response_body = NULL, replayable = NULL,
-    response_checksum = NULL, completed_at = NULL, expires_at = MAX(expires_at, ?9)
+    response_checksum = NULL, response_key_id = NULL, completed_at = NULL,
+    expires_at = MAX(expires_at, ?9)
     WHERE principal = ?1 AND route = ?2 AND key = ?3 AND fence = ?4 AND state = ?5
     AND lease_token IS ?6 AND lease_expires_at IS ?7 AND expires_at > ?10";
 
@@ -63,7 +64,7 @@ const RENEW: &str = concat!(
 const COMPLETE: &str = concat!(
     "UPDATE idempotency_records SET state = 'completed', completed_at = ?6,
      lease_token = NULL, lease_expires_at = NULL, status = ?7, response_headers = ?8,
-     response_body = ?9, replayable = ?10, response_checksum = ?11",
+     response_body = ?9, replayable = ?10, response_checksum = ?11, response_key_id = ?12",
     held!()
 );
 const FAIL: &str = concat!(
@@ -85,6 +86,8 @@ pub(crate) struct Completion {
     body: Bytes,
     replayable: bool,
     checksum: [u8; 32],
+    /// The sealing key's id ([`idemgate_core::seal`]), `None` in clear.
+    key_id: Option<String>,
 }
 
 impl Completion {
@@ -96,6 +99,7 @@ impl Completion {
             body: response.body.clone(),
             replayable: response.replayable,
             checksum: response_checksum(&lease.key, response),
+            key_id: response.sealed_by.map(|id| id.to_string()),
         }
     }
 }
@@ -246,7 +250,14 @@ pub(crate) fn renew(conn: &Connection, lease: &Lease, ttl: Duration) -> Result<O
 /// stale.
 pub(crate) fn complete(conn: &Connection, lease: &Lease, c: &Completion) -> Result<Option<()>> {
     let (body, checksum) = (&c.body[..], &c.checksum[..]);
-    let more: [&dyn ToSql; 5] = [&c.status, &c.headers, &body, &c.replayable, &checksum];
+    let more: [&dyn ToSql; 6] = [
+        &c.status,
+        &c.headers,
+        &body,
+        &c.replayable,
+        &checksum,
+        &c.key_id,
+    ];
     held_write(conn, COMPLETE, lease, now_millis(), &more)
 }
 

@@ -11,13 +11,13 @@ use crate::error::{invalid, Result};
 /// The columns [`decode`] reads, in its order.
 pub(crate) const RECORD_COLUMNS: &str = "fingerprint, fingerprint_version, state, fence,
     lease_token, lease_expires_at, status, response_headers, response_body, replayable,
-    response_checksum, created_at, completed_at, expires_at";
+    response_checksum, created_at, completed_at, expires_at, response_key_id";
 
 /// The live row for a key: ?1 to ?3 the key, ?4 now. An expired row counts as absent, even
 /// a damaged one; a row whose `expires_at` is not a number is read (and fails validation).
 const SELECT_LIVE: &str = "SELECT fingerprint, fingerprint_version, state, fence, lease_token,
     lease_expires_at, status, response_headers, response_body, replayable, response_checksum,
-    created_at, completed_at, expires_at
+    created_at, completed_at, expires_at, response_key_id
     FROM idempotency_records
     WHERE principal = ?1 AND route = ?2 AND key = ?3 AND expires_at > ?4";
 
@@ -63,6 +63,7 @@ pub(crate) fn decode(row: &Row<'_>, key: &ScopedKey) -> rusqlite::Result<RawReco
         created_at: int(row, 11)?,
         completed_at: int(row, 12)?,
         expires_at: int(row, 13)?,
+        sealed_by: key_id(row, 14)?,
     })
 }
 
@@ -88,6 +89,16 @@ fn checksum(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Vec<u8>>> {
         ValueRef::Null => None,
         ValueRef::Blob(b) => Some(b.to_vec()),
         _ => Some(Vec::new()),
+    })
+}
+
+/// The key id: `None` only when NULL (a response in clear); a value that is not text is
+/// kept as an empty id, which never parses, so the record reads as corrupt.
+fn key_id(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<String>> {
+    Ok(match row.get_ref(idx)? {
+        ValueRef::Null => None,
+        ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+        _ => Some(String::new()),
     })
 }
 

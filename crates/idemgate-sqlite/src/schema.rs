@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_idempotency_records.sql"),
     include_str!("../migrations/0002_response_checksum.sql"),
     include_str!("../migrations/0003_unsettled_index.sql"),
+    include_str!("../migrations/0004_response_key_id.sql"),
 ];
 
 /// The schema version this build migrates to.

@@ -92,7 +92,7 @@ async fn a_version_1_file_migrates_and_keeps_its_records() {
     .unwrap();
 
     let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
-    assert_eq!(version(&path), 3);
+    assert_eq!(version(&path), 4);
     let rec = store.get(&done).await.unwrap().expect("old record kept");
     assert_eq!(rec.state, RecordState::Completed);
     assert_eq!(

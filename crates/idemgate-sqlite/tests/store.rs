@@ -48,7 +48,7 @@ async fn completed_record_survives_reopen() {
         .unwrap()
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3, "0001 to 0003 applied once");
+    assert_eq!(version, 4, "0001 to 0004 applied once");
 }
 
 #[tokio::test]

@@ -256,6 +256,7 @@ fn record(covered: &Covered, mut parts: Parts, received: Received) -> (Outcome, 
             headers: headers_to_store(&parts.headers, &rp.replay_deny_headers),
             body,
             replayable,
+            sealed_by: None,
         };
         if rp.store_response == StoreResponse::Full {
             return whole;

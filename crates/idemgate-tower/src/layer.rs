@@ -90,6 +90,16 @@ impl<St: IdempotencyStore> IdempotencyLayer<St> {
     }
 }
 
+impl<St: IdempotencyStore> IdempotencyLayer<St> {
+    /// Seals the responses this layer stores with `keyring`'s first key, and opens the
+    /// records it reads with any of its keys (encryption at rest,
+    /// [`idemgate_core::seal`]). `None`: responses stored in clear (the default).
+    pub fn with_keyring(mut self, keyring: Option<Arc<idemgate_core::seal::Keyring>>) -> Self {
+        self.ctx.lifecycle = self.ctx.lifecycle.with_keyring(keyring);
+        self
+    }
+}
+
 impl<St> IdempotencyLayer<St> {
     /// The lifecycle every service of this layer runs requests through.
     pub fn lifecycle(&self) -> &Lifecycle<St> {

@@ -205,6 +205,7 @@ mod tests {
                 .collect(),
             body: Bytes::from_static(b"{\"id\":1}"),
             replayable: true,
+            sealed_by: None,
         }
     }
 

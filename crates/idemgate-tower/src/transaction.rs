@@ -117,6 +117,7 @@ impl LeaseHandle {
             headers: headers_to_store(&parts.headers, &route.replay_deny_headers),
             body: if replay { body.clone() } else { Bytes::new() },
             replayable: replay,
+            sealed_by: None,
         };
         let Outcome::Complete(stored) = storable(&self.lease().key.route, stored) else {
             let status = format!("status {}", parts.status);

@@ -112,6 +112,7 @@ async fn version_1_record(store: &MemoryStore, body: &[u8]) {
         headers: vec![("content-type".into(), "text/plain".into())],
         body: "paid earlier".into(),
         replayable: true,
+        sealed_by: None,
     };
     store.complete(&lease, &paid).await.unwrap();
 }

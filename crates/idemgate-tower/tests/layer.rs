@@ -109,6 +109,7 @@ async fn a_record_of_an_unknown_fingerprint_version_is_not_replayed() {
         headers: vec![],
         body: "old".into(),
         replayable: true,
+        sealed_by: None,
     };
     store.complete(&lease, &stored).await.unwrap();
 

@@ -326,6 +326,7 @@ forward! {
     impl GaugedStore {
         fn gauges() -> StoreCount, key_service => Err(key_service());
         fn count_exact() -> StoreCount, key_service => Err(key_service());
+        fn count_sealed() -> Option<Vec<(String, u64)>>, key_service => Ok(None);
         fn count_expired(limit: NonZeroU32) -> Option<u64>, key_service => Ok(None);
         fn durability() -> Durability, key_service => Ok(Durability::new(
             idemgate_core::DurabilityLevel::Unknown,

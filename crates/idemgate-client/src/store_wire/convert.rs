@@ -111,13 +111,14 @@ impl StoreResponse {
                 .collect(),
             body_base64: B64.encode(&r.body),
             replayable: r.replayable,
+            sealed_by: r.sealed_by.map(|id| id.to_string()),
         }
     }
 
     /// To a core response.
     ///
     /// # Errors
-    /// A value or the body is not base64.
+    /// A value or the body is not base64, or `sealed_by` is not 16 lowercase hex digits.
     pub fn to_core(&self) -> Result<StoredResponse, String> {
         let mut headers = Vec::with_capacity(self.headers.len());
         for (i, (n, v)) in self.headers.iter().enumerate() {
@@ -134,6 +135,10 @@ impl StoreResponse {
             headers,
             body: Bytes::from(body),
             replayable: self.replayable,
+            sealed_by: match &self.sealed_by {
+                Some(id) => Some(id.parse().map_err(|e| format!("sealed_by: {e}"))?),
+                None => None,
+            },
         })
     }
 }

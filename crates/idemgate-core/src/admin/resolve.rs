@@ -313,6 +313,7 @@ impl OperatorOutcome {
             headers,
             body,
             replayable,
+            sealed_by: None,
         };
         check_storable(&response).map(|()| response)
     }

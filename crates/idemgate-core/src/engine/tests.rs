@@ -39,6 +39,7 @@ fn record(state: RecordState, lease: Option<i64>, replayable: bool) -> Idempoten
             headers: vec![],
             body: Bytes::from_static(b"{}"),
             replayable,
+            sealed_by: None,
         }),
     }
 }

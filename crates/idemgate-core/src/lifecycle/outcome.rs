@@ -173,6 +173,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         holder: &'a Holder,
         outcome: Outcome,
     ) -> Result<Finished, PendingOutcome<'a, St>> {
+        let outcome = self.sealed(holder, outcome);
         let (written, made) = self.attempt(holder, &outcome).await;
         match written {
             Ok(()) => Ok(self.landed_now(holder, &outcome, made, false).await),
@@ -187,6 +188,17 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                     guard,
                 })
             }
+        }
+    }
+
+    /// `outcome` with its response sealed for the holder's record, when responses are
+    /// sealed at rest: once per outcome, so every retry of the write stores the same bytes.
+    fn sealed(&self, holder: &Holder, outcome: Outcome) -> Outcome {
+        match (outcome, self.keyring()) {
+            (Outcome::Complete(r), Some(ring)) => {
+                Outcome::Complete(ring.seal(&holder.lease.key, holder.lease.fence, &r))
+            }
+            (outcome, _) => outcome,
         }
     }
 

@@ -10,7 +10,9 @@ use tokio::time::Instant;
 use super::{hash_key, principal_hash, Answer, Begin, Lifecycle, RoutePlan};
 use crate::engine::{decide, Decision};
 use crate::fingerprint::Fingerprint;
+use crate::integrity::check_opened;
 use crate::record::{IdempotencyRecord, LeaseToken, ScopedKey};
+use crate::seal::Keyring;
 use crate::store::{IdempotencyStore, Peeked, StoreError};
 
 /// What [`Lifecycle::peek`] found. On a route whose duplicates wait
@@ -42,6 +44,41 @@ enum Ahead {
     /// The key is in flight on a route whose duplicates wait: the acquire answers
     /// [`Answer::InFlight`] without a store call, and [`Lifecycle::begin_waiting`] waits.
     InFlight(u64),
+}
+
+/// `record` with its stored response opened ([`Keyring::open`]) and checked in clear
+/// ([`check_opened`]), when `decision` answers with it (a replay, or a record not
+/// replayable); other decisions never look at the response.
+///
+/// # Errors
+/// [`StoreError::Corrupt`]: the response is sealed with a key not configured (or none is),
+/// does not open, or breaks a rule in clear. It is never replayed.
+pub(super) fn opened(
+    keyring: Option<&Keyring>,
+    mut record: IdempotencyRecord,
+    decision: Decision,
+) -> Result<IdempotencyRecord, StoreError> {
+    if !matches!(decision, Decision::Replay | Decision::NotReplayable) {
+        return Ok(record);
+    }
+    let Some(response) = record.response.take() else {
+        return Ok(record);
+    };
+    let corrupt = |detail: String| StoreError::Corrupt { detail };
+    let clear = match (response.sealed_by, keyring) {
+        (None, _) => response,
+        (Some(id), None) => {
+            return Err(corrupt(format!(
+                "sealed with key id {id}, and no encryption keys are configured"
+            )))
+        }
+        (Some(_), Some(ring)) => ring
+            .open(&record.key, record.fence, response)
+            .map_err(|e| corrupt(e.to_string()))?,
+    };
+    check_opened(&clear).map_err(|e| corrupt(format!("opened response: {e}")))?;
+    record.response = Some(clear);
+    Ok(record)
 }
 
 /// The answer `decision` about the live `record` gives without acquiring it, or `None`
@@ -130,6 +167,10 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         };
         let fp = fingerprint_as(&record, fingerprint, &refingerprint).await;
         let decision = decide(Some(&record), &fp, now, plan);
+        let record = match opened(self.keyring(), record, decision) {
+            Ok(record) => record,
+            Err(e) => return Peek::Answer(self.store_failed(key, e)),
+        };
         match settled(key, record, decision) {
             Some(Answer::InFlight { retry_after_ms }) if plan.waits() => {
                 Peek::Acquire(Acquire(Ahead::InFlight(retry_after_ms)))

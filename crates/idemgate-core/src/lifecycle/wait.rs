@@ -111,7 +111,13 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         waiting(true);
         let begun = loop {
             let waited = wait
-                .until_settled(key, fingerprint, plan, &refingerprint, gone.as_mut())
+                .until_settled(
+                    key,
+                    fingerprint,
+                    plan,
+                    (&refingerprint, self.keyring()),
+                    gone.as_mut(),
+                )
                 .await;
             let begun = match waited {
                 Waited::Answer(answer) => break Begin::Answer(answer),

@@ -70,6 +70,7 @@ fn response(body: &str, headers: &[(&str, &str)]) -> StoredResponse {
             .collect(),
         body: Bytes::copy_from_slice(body.as_bytes()),
         replayable: true,
+        sealed_by: None,
     }
 }
 

@@ -212,6 +212,9 @@ pub async fn inspect(select: Selector) -> anyhow::Result<()> {
         .ok();
     let (_store, listing) = find(&select).await?;
     let mut views = RecordView::all(&listing, select.show_body);
+    if select.show_body {
+        open_bodies(&select.store, &mut views, &listing)?;
+    }
     if let Some(limits) = limits {
         limits.annotate(&mut views, &listing);
     }
@@ -219,6 +222,29 @@ pub async fn inspect(select: Selector) -> anyhow::Result<()> {
     output::print_records(&mut out, &views, listing.now, select.json)?;
     if views.is_empty() && !select.json {
         writeln!(out, "no record matches")?;
+    }
+    Ok(())
+}
+
+/// Opens the sealed bodies of `views` with the configuration's `encryption_key_files`.
+///
+/// # Errors
+/// A key file that cannot be read or is not a key.
+fn open_bodies(
+    store: &StoreArgs,
+    views: &mut [RecordView],
+    listing: &Listing,
+) -> anyhow::Result<()> {
+    if !listing.records.iter().any(|r| r.sealed_by.is_some()) {
+        return Ok(());
+    }
+    let files = store.file()?.encryption_key_files;
+    if files.is_empty() {
+        return Ok(());
+    }
+    let ring = idemgate_core::seal::Keyring::load(&files).map_err(|e| anyhow::anyhow!(e))?;
+    for (view, raw) in views.iter_mut().zip(&listing.records) {
+        view.open_body(raw, &ring);
     }
     Ok(())
 }
@@ -381,6 +407,11 @@ pub async fn stats(args: StatsArgs) -> anyhow::Result<()> {
         .count_exact()
         .await
         .context("cannot count the records")?;
-    let view = StatsView::new(&stats, store.backend());
+    let sealed = store
+        .count_sealed()
+        .await
+        .context("cannot count the sealed records")?;
+    let mut view = StatsView::new(&stats, store.backend());
+    view.sealed_by_key_id = sealed.map(|ids| ids.into_iter().collect());
     output::print_stats(&mut std::io::stdout().lock(), &view, args.json)
 }

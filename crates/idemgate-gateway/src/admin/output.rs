@@ -46,9 +46,14 @@ pub struct RecordView {
     pub replayable: Option<bool>,
     /// Stored body size in bytes.
     pub body_bytes: Option<usize>,
-    /// The stored body (only with `--show-body`; invalid UTF-8 replaced).
+    /// The stored body (only with `--show-body`; invalid UTF-8 replaced). A sealed body is
+    /// shown opened when the configuration's `encryption_key_files` hold its key
+    /// ([`RecordView::open_body`]), else as `sealed, key id ...`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
+    /// The encryption key id of a sealed response (docs/security.md); `None` in clear.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealed_by: Option<String>,
     /// Who resolved the record with `idemgate resolve`, when, from which state, and what
     /// retries get; `None` for a record the operation's own outcome completed.
     pub resolved: Option<ResolvedView>,
@@ -108,11 +113,33 @@ impl RecordView {
             status: raw.status,
             replayable: raw.replayable,
             body_bytes: raw.body.as_ref().map(|b| b.len()),
-            body: body.map(|b| String::from_utf8_lossy(b).into_owned()),
+            body: match &raw.sealed_by {
+                Some(id) => body.map(|_| format!("sealed, key id {id}")),
+                None => body.map(|b| String::from_utf8_lossy(b).into_owned()),
+            },
+            sealed_by: raw.sealed_by.clone(),
             resolved: ResolvedView::of(raw),
             may_run_until: None,
             outcome: None,
         }
+    }
+
+    /// With `--show-body`: replaces a sealed body by its plaintext when `keyring` opens it
+    /// (the record validated first); one that does not open says why.
+    pub fn open_body(&mut self, raw: &RawRecord, keyring: &idemgate_core::seal::Keyring) {
+        if self.body.is_none() || raw.sealed_by.is_none() {
+            return;
+        }
+        let Ok(record) = raw.clone().validate() else {
+            return;
+        };
+        let Some(sealed) = record.response else {
+            return;
+        };
+        self.body = Some(match keyring.open(&record.key, record.fence, sealed) {
+            Ok(clear) => String::from_utf8_lossy(&clear.body).into_owned(),
+            Err(e) => format!("not opened: {e}"),
+        });
     }
 
     /// Every record of `listing`.
@@ -246,6 +273,9 @@ pub struct StatsView {
     /// True when the counts are estimates (a large table or database: see
     /// [`StoreCount::approximate`]).
     pub approximate: bool,
+    /// Records holding a sealed response, per encryption key id (exact, expired ones
+    /// included); `None` where the store cannot count them (Redis, a key service).
+    pub sealed_by_key_id: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// Records per state.
@@ -279,6 +309,7 @@ impl StatsView {
             oldest_created_at: s.oldest_created_at,
             expired: s.expired.unwrap_or(0),
             approximate: s.approximate,
+            sealed_by_key_id: None,
         }
     }
 }
@@ -313,6 +344,15 @@ pub fn print_stats(out: &mut impl Write, view: &StatsView, json: bool) -> anyhow
     }
     if view.approximate {
         writeln!(out, "{:<24}estimated (a large store)", "counts")?;
+    }
+    match &view.sealed_by_key_id {
+        None => writeln!(out, "{:<24}not counted by this store", "sealed")?,
+        Some(ids) if ids.is_empty() => writeln!(out, "{:<24}none", "sealed")?,
+        Some(ids) => {
+            for (id, n) in ids {
+                writeln!(out, "{:<24}{n}", format!("sealed, key id {id}"))?;
+            }
+        }
     }
     Ok(())
 }

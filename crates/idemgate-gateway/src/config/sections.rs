@@ -57,6 +57,8 @@ pub struct Base {
     pub policy: Policy,
     /// The log hash secret, if configured.
     pub log_hash_key: Option<String>,
+    /// The keys of `encryption_key_files`, if any: responses are sealed at rest.
+    pub keyring: Option<std::sync::Arc<idemgate_core::seal::Keyring>>,
     /// Listener and upstream TLS.
     pub tls: TlsSettings,
     /// What decides requests' scope (a reload compares it with the one applied last).
@@ -206,6 +208,7 @@ impl Config {
         self.pool_section(store.as_ref(), errs);
         self.journal_section(store.as_ref(), errs);
         let connections = self.connection_section(errs);
+        let keyring = self.keyring(errs);
         let mut policy = self.routes_section(errs);
         policy.lifecycle = engine.lifecycle;
         Some(Base {
@@ -215,6 +218,7 @@ impl Config {
             purge_batch: engine.purge_batch?,
             gauges_interval: engine.gauges_interval,
             log_hash_key: (!self.log_hash_key.is_empty()).then(|| self.log_hash_key.clone()),
+            keyring: keyring?,
             tls,
             scope: ScopeSettings::new(self, &policy),
             allow_scope_change_on_reload: self.allow_scope_change_on_reload,
@@ -222,6 +226,27 @@ impl Config {
             policy,
         })
         .filter(|_| errs.len() == before)
+    }
+}
+
+impl Config {
+    /// The keyring of `encryption_key_files` (`Some(None)` when there are none); `None`
+    /// after pushing the problem to `errs` (the message names the file, never its bytes).
+    fn keyring(
+        &self,
+        errs: &mut Vec<String>,
+    ) -> Option<Option<std::sync::Arc<idemgate_core::seal::Keyring>>> {
+        if self.encryption_key_files.is_empty() {
+            return Some(None);
+        }
+        let paths: Vec<&str> = self.encryption_key_files.iter().map(|p| p.trim()).collect();
+        match idemgate_core::seal::Keyring::load(&paths) {
+            Ok(ring) => Some(Some(std::sync::Arc::new(ring))),
+            Err(e) => {
+                errs.push(format!("encryption_key_files: {e}"));
+                None
+            }
+        }
     }
 }
 

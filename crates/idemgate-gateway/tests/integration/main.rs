@@ -61,6 +61,7 @@ mod replication;
 mod resolve;
 mod retry_client;
 mod scope;
+mod sealed;
 mod sqlite_files;
 mod stderr;
 mod store_metrics;

@@ -32,6 +32,23 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE INDEX IF NOT EXISTS entries_seq ON entries (seq);
 ";
 
+/// The column a journal file from before sealing lacks: the key id of a sealed response
+/// ([`idemgate_core::seal`]), NULL in clear.
+const KEY_ID_COLUMN: &str = "ALTER TABLE entries ADD COLUMN key_id TEXT";
+
+/// Adds [`KEY_ID_COLUMN`] to a journal file that lacks it.
+fn add_key_id(conn: &Connection) -> rusqlite::Result<()> {
+    let has: bool = conn.query_row(
+        "SELECT count(*) > 0 FROM pragma_table_info('entries') WHERE name = 'key_id'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has {
+        conn.execute(KEY_ID_COLUMN, [])?;
+    }
+    Ok(())
+}
+
 /// One acquired key as the journal keeps it: enough to write its record again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Entry {
@@ -90,6 +107,7 @@ impl JournalFile {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
+        add_key_id(&conn).map_err(fail)?;
         let run = meta(&conn, "run").map_err(fail)?.unwrap_or(0) + 1;
         set_meta(&conn, "run", run).map_err(fail)?;
         let next_seq: i64 = conn
@@ -145,7 +163,7 @@ impl JournalFile {
         let seq = self.take_seq();
         self.conn.execute(
             "INSERT OR REPLACE INTO entries VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
             params![
                 entry.key.principal,
                 entry.key.route,
@@ -164,6 +182,7 @@ impl JournalFile {
                 entry.run,
                 seq,
                 written_ms,
+                response.and_then(|r| r.sealed_by.map(|id| id.to_string())),
             ],
         )?;
         Ok(())
@@ -184,7 +203,7 @@ impl JournalFile {
         let seq = self.take_seq();
         let changed = self.conn.execute(
             "UPDATE entries SET state = ?5, status = ?6, headers = ?7, body = ?8, \
-             replayable = ?9, seq = ?10 \
+             replayable = ?9, seq = ?10, key_id = ?11 \
              WHERE principal = ?1 AND route = ?2 AND key = ?3 AND fence = ?4",
             params![
                 key.principal,
@@ -197,6 +216,7 @@ impl JournalFile {
                 response.map(|r| r.body.to_vec()),
                 response.map(|r| r.replayable),
                 seq,
+                response.and_then(|r| r.sealed_by.map(|id| id.to_string())),
             ],
         )?;
         Ok(changed > 0)
@@ -230,8 +250,8 @@ impl JournalFile {
     pub(crate) fn entries(&self) -> rusqlite::Result<Vec<Entry>> {
         let mut stmt = self.conn.prepare(
             "SELECT principal, route, key, fence, token, fingerprint_version, fingerprint, \
-             state, status, headers, body, replayable, lease_ttl_ms, expires_at_ms, run \
-             FROM entries ORDER BY seq",
+             state, status, headers, body, replayable, lease_ttl_ms, expires_at_ms, run, \
+             key_id FROM entries ORDER BY seq",
         )?;
         let rows = stmt.query_map([], decode)?;
         rows.collect()
@@ -294,6 +314,10 @@ fn decode(row: &Row<'_>) -> rusqlite::Result<Entry> {
                 headers: StoredResponse::decode_headers(&headers).map_err(|e| bad(9, e))?,
                 body: Bytes::from(body),
                 replayable: row.get(11)?,
+                sealed_by: match row.get::<_, Option<String>>(15)? {
+                    Some(id) => Some(id.parse().map_err(|e| bad(15, e))?),
+                    None => None,
+                },
             })
         }
         None => None,

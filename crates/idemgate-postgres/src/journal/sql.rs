@@ -23,7 +23,7 @@ pub(crate) struct Statements {
     recorded: String,
     /// Arrays, one element per entry: `$1..$3` key, `$4` digest, `$5` fp version, `$6`
     /// state, `$7` fence, `$8` token, `$9` lease ms (0: lapsed), `$10` record expiry ms,
-    /// `$11..$14` status, headers, body, replayable, `$15` checksum. One row per entry
+    /// `$11..$14` status, headers, body, replayable, `$15` checksum, `$16` key id. One row per entry
     /// written.
     restore: String,
 }
@@ -168,7 +168,13 @@ impl Statements {
                 e.response
                     .as_ref()
                     .map(|r| response_checksum(&e.key, r).to_vec())
-            }));
+            }))
+            .bind(
+                entries
+                    .iter()
+                    .map(|e| response(e).and_then(|r| r.sealed_by.map(|id| id.to_string())))
+                    .collect::<Vec<_>>(),
+            );
         let done = query.execute(pool).await.map_err(classify)?;
         Ok(done.rows_affected())
     }
@@ -184,7 +190,7 @@ fn restore_sql(t: &str) -> String {
     let in_progress = "u.state = 'in_progress'";
     let columns = "request_hash, fingerprint_version, state, fence, lease_token, \
          lease_expires_at, created_at, completed_at, expires_at, status, response_headers, \
-         response, replayable, response_checksum, response_checksum_fence";
+         response, replayable, response_checksum, response_checksum_fence, response_key_id";
     let excluded = columns
         .split(", ")
         .map(|c| format!("EXCLUDED.{c}"))
@@ -198,12 +204,12 @@ fn restore_sql(t: &str) -> String {
          CASE WHEN NOT {in_progress} THEN {now} END, \
          greatest(to_timestamp(u.expires_ms / 1000.0), {lease}), \
          u.status, u.headers, u.body, u.replayable, u.checksum, \
-         CASE WHEN u.checksum IS NOT NULL THEN u.fence END \
+         CASE WHEN u.checksum IS NOT NULL THEN u.fence END, u.key_id \
          FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::integer[], \
          $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::integer[], \
-         $12::bytea[], $13::bytea[], $14::boolean[], $15::bytea[]) \
+         $12::bytea[], $13::bytea[], $14::boolean[], $15::bytea[], $16::text[]) \
          AS u(principal, route, key, digest, version, state, fence, token, lease_ms, \
-         expires_ms, status, headers, body, replayable, checksum) \
+         expires_ms, status, headers, body, replayable, checksum, key_id) \
          ON CONFLICT (user_id, route, key) DO UPDATE SET ({columns}) = ({excluded}) \
          WHERE r.expires_at <= {now} OR (r.state = 'in_progress' AND \
          (r.fence < EXCLUDED.fence OR (r.fence = EXCLUDED.fence \

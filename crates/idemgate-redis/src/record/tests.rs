@@ -48,6 +48,7 @@ fn response(body: &'static [u8]) -> StoredResponse {
         headers: vec![("location".into(), Bytes::from_static(b"/p/1"))],
         body: Bytes::from_static(body),
         replayable: true,
+        sealed_by: None,
     }
 }
 

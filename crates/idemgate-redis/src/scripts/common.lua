@@ -5,7 +5,7 @@
 -- st (in_progress | completed | failed), fe (fence), lt le (lease token, lease expiry),
 -- ca co ex (created, completed, expires), rs rh rb rr cs (status, encoded headers, body,
 -- replayable "1"/"0", 32-byte response checksum; records written before checksums have no
--- cs), ot (on completed and failed records: the lease token that wrote the outcome, so a
+-- cs), ki (the key id of a sealed response, idemgate_core::seal; none in clear), ot (on completed and failed records: the lease token that wrote the outcome, so a
 -- retry of that same write is told from a stale lease; records written before it have
 -- none). The key expires by itself at `ex` (PEXPIREAT).
 

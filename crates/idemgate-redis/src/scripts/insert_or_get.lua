@@ -23,7 +23,7 @@ if redis.call('EXISTS', key) == 1 then
   if ex == nil or now < ex or fe == nil
       or c[1] ~= ARGV[1] or c[2] ~= ARGV[2] or c[3] ~= ARGV[3] then
     return {0, now, redis.call('HMGET', key, 'p', 'r', 'k', 'fv', 'fd', 'st', 'fe', 'lt',
-      'le', 'ca', 'co', 'ex', 'rs', 'rh', 'rb', 'rr', 'cs')}
+      'le', 'ca', 'co', 'ex', 'rs', 'rh', 'rb', 'rr', 'cs', 'ki')}
   end
   -- expired by TTL: nothing of the old record survives, and no old lease matches again
   fence = fe + 1

@@ -20,7 +20,7 @@ end
 
 local fence = tonumber(f[2]) + 1
 local lease_end = now + tonumber(ARGV[6])
-redis.call('HDEL', key, 'co', 'rs', 'rh', 'rb', 'rr', 'cs', 'ot')
+redis.call('HDEL', key, 'co', 'rs', 'rh', 'rb', 'rr', 'cs', 'ki', 'ot')
 redis.call('HSET', key, 'st', 'in_progress', 'fe', int(fence), 'lt', ARGV[5],
   'le', int(lease_end))
 cover_lease(key, ex, lease_end)

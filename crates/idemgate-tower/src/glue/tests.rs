@@ -7,6 +7,7 @@ fn response(headers: Vec<(String, Bytes)>, body: Bytes) -> StoredResponse {
         headers,
         body,
         replayable: true,
+        sealed_by: None,
     }
 }
 

@@ -18,9 +18,10 @@ use super::{Waited, GONE_GRACE};
 use crate::engine::{decide, Decision};
 use crate::events::Released;
 use crate::fingerprint::Fingerprint;
-use crate::lifecycle::peek::{fingerprint_as, settled};
+use crate::lifecycle::peek::{fingerprint_as, opened, settled};
 use crate::lifecycle::{Answer, RoutePlan};
 use crate::record::{IdempotencyRecord, RecordState, ScopedKey};
+use crate::seal::Keyring;
 
 /// One waiter's state.
 pub(super) struct Wait {
@@ -76,7 +77,7 @@ impl Wait {
         key: &ScopedKey,
         fingerprint: Fingerprint,
         plan: &RoutePlan,
-        refingerprint: &impl Fn(u16) -> F,
+        (refingerprint, keyring): (&impl Fn(u16) -> F, Option<&Keyring>),
         mut gone: Pin<&mut impl Future<Output = ()>>,
     ) -> Waited
     where
@@ -121,9 +122,16 @@ impl Wait {
                 }
                 // Expired by its TTL while waited on: vanished without a release.
                 Decision::Insert => return in_flight(),
-                decision => match settled(key, (*record).clone(), decision) {
-                    Some(answer) => return Waited::Answer(answer),
-                    None => return in_flight(),
+                decision => match opened(keyring, (*record).clone(), decision) {
+                    Err(e) => {
+                        let detail = crate::report::error_text(&e);
+                        tracing::error!(route = %key.route, %detail, "stored record is corrupt; not replayed");
+                        return Waited::Answer(Answer::Corrupt);
+                    }
+                    Ok(record) => match settled(key, record, decision) {
+                        Some(answer) => return Waited::Answer(answer),
+                        None => return in_flight(),
+                    },
                 },
             }
         }

@@ -1,0 +1,295 @@
+//! `encryption_key_files`: stored responses sealed at rest. The store (its file and WAL, a
+//! `pg_dump` of its table, its Redis values) never holds a response's bytes in clear; the
+//! retry replays them byte for byte; rotation opens old records with the old key; a record
+//! sealed with a key no longer configured, or a sealed response moved to another record,
+//! answers `500 record-corrupt` and is never run again.
+
+use std::path::{Path, PathBuf};
+
+use idemgate_core::{response_checksum, IdempotencyKey, ScopedKey, StoredResponse};
+
+use crate::support::*;
+
+/// Writes a key file of 64 hex digits (`seed` repeated, with a counter so no byte repeats).
+fn key_file(dir: &Path, name: &str, seed: u8) -> PathBuf {
+    let hex: String = (0..32u8)
+        .map(|i| format!("{:02x}", seed.wrapping_add(i)))
+        .collect();
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{hex}\n")).unwrap();
+    path
+}
+
+fn keys(c: &mut idemgate_gateway::config::Config, files: &[&Path]) {
+    c.encryption_key_files = files.iter().map(|f| f.display().to_string()).collect();
+}
+
+fn marker() -> String {
+    format!("SEALED-MARKER-{:016x}", rand_u64())
+}
+
+/// A first request whose answer holds a fresh marker, and its retry: byte for byte the same
+/// body. Returns the key, the request body and the marker.
+async fn first_and_replay(base: &str) -> (String, String, String) {
+    let (k, secret) = (key(), marker());
+    let body = format!("{{\"card\":\"{secret}\"}}");
+    let first = post(base, "/payments", Some(&k), &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 201);
+    let first = first.bytes().await.unwrap();
+    assert!(first.windows(secret.len()).any(|w| w == secret.as_bytes()));
+    let retry = post(base, "/payments", Some(&k), &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), 201);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(retry.headers()["location"], "/payments/pay_1");
+    assert_eq!(
+        retry.bytes().await.unwrap(),
+        first,
+        "replayed byte for byte"
+    );
+    (k, body, secret)
+}
+
+fn holds(bytes: &[u8], secret: &str) -> bool {
+    bytes.windows(secret.len()).any(|w| w == secret.as_bytes())
+}
+
+fn dir_bytes(dir: &Path) -> Vec<u8> {
+    let mut all = Vec::new();
+    for file in std::fs::read_dir(dir).unwrap() {
+        let file = file.unwrap().path();
+        if file.extension().is_none_or(|e| e != "key") {
+            all.extend(std::fs::read(&file).unwrap());
+        }
+    }
+    all
+}
+
+#[tokio::test]
+async fn the_sqlite_file_and_wal_hold_no_response_in_clear() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("idemgate.db").display());
+    let file = key_file(dir.path(), "a.key", 1);
+    let gw = gateway(&up.base, &store, |c| keys(c, &[&file])).await;
+    let (_, _, secret) = first_and_replay(&gw.base).await;
+    assert!(
+        !holds(&dir_bytes(dir.path()), &secret),
+        "the store holds it"
+    );
+    gw.stop().await;
+    // The check can fail: without keys the store holds the response.
+    let gw = gateway(&up.base, &store, |_| {}).await;
+    let (_, _, clear) = first_and_replay(&gw.base).await;
+    assert!(holds(&dir_bytes(dir.path()), &clear));
+    assert_eq!(up.count(), 2);
+}
+
+#[tokio::test]
+async fn rotation_replays_old_records_until_their_key_is_removed() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("idemgate.db").display());
+    let (old, new) = (
+        key_file(dir.path(), "old.key", 1),
+        key_file(dir.path(), "new.key", 99),
+    );
+    let gw = gateway(&up.base, &store, |c| keys(c, &[&old])).await;
+    let (k, body, _) = first_and_replay(&gw.base).await;
+    gw.stop().await;
+    let gw = gateway(&up.base, &store, |c| keys(c, &[&new, &old])).await;
+    let retry = post(&gw.base, "/payments", Some(&k), &body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    let (k2, body2, _) = first_and_replay(&gw.base).await;
+    gw.stop().await;
+    let gw = gateway(&up.base, &store, |c| keys(c, &[&new])).await;
+    let retry = post(&gw.base, "/payments", Some(&k2), &body2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        retry.headers()["idempotent-replayed"],
+        "true",
+        "sealed with the new key"
+    );
+    for _ in 0..2 {
+        let gone = post(&gw.base, "/payments", Some(&k), &body)
+            .send()
+            .await
+            .unwrap();
+        assert_problem(gone, 500, "record-corrupt").await;
+    }
+    gw.stop().await;
+    let gw = gateway(&up.base, &store, |_| {}).await;
+    let unkeyed = post(&gw.base, "/payments", Some(&k2), &body2)
+        .send()
+        .await
+        .unwrap();
+    assert_problem(unkeyed, 500, "record-corrupt").await;
+    assert_eq!(up.count(), 2, "nothing ran again");
+}
+
+/// The row of `key` as (principal, route, status, body, replayable, key id).
+type Row = (String, String, i64, Vec<u8>, bool, String);
+
+fn row(conn: &rusqlite::Connection, key: &str) -> Row {
+    conn.query_row(
+        "SELECT principal, route, status, response_body, replayable, response_key_id \
+         FROM idempotency_records WHERE key = ?1",
+        [key],
+        |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        },
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_sealed_response_moved_to_another_record_is_corrupt() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemgate.db");
+    let file = key_file(dir.path(), "a.key", 7);
+    let gw = gateway(&up.base, &format!("sqlite://{}", path.display()), |c| {
+        keys(c, &[&file])
+    })
+    .await;
+    let (from, _, _) = first_and_replay(&gw.base).await;
+    let (to, to_body, _) = first_and_replay(&gw.base).await;
+    // Move `from`'s sealed response to `to`, with the checksum an attacker can compute (it
+    // is unkeyed): only the sealing's associated data tells the records apart.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let (_, _, status, body, replayable, id) = row(&conn, &from);
+    let (principal, route, ..) = row(&conn, &to);
+    let moved = StoredResponse {
+        status: status as u16,
+        headers: Vec::new(),
+        body: body.clone().into(),
+        replayable,
+        sealed_by: Some(id.parse().unwrap()),
+    };
+    let scope = ScopedKey {
+        principal,
+        route,
+        key: IdempotencyKey::new(&to).unwrap(),
+    };
+    let sum = response_checksum(&scope, &moved);
+    let n = conn
+        .execute(
+            "UPDATE idempotency_records SET response_body = ?1, response_checksum = ?2 \
+             WHERE key = ?3",
+            rusqlite::params![body, &sum[..], to],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    let retry = post(&gw.base, "/payments", Some(&to), &to_body)
+        .send()
+        .await
+        .unwrap();
+    assert_problem(retry, 500, "record-corrupt").await;
+    assert_eq!(up.count(), 2, "not run again");
+}
+
+#[tokio::test]
+async fn a_key_file_that_is_not_a_key_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.key");
+    std::fs::write(&bad, "not-a-key-but-a-secret").unwrap();
+    let config = idemgate_gateway::config::Config {
+        upstream: "http://127.0.0.1:9".into(),
+        store: "memory://".into(),
+        encryption_key_files: vec![bad.display().to_string(), "/nonexistent/k.key".into()],
+        ..Default::default()
+    };
+    let err = idemgate_gateway::cli::validated(config)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("encryption_key_files") && err.contains("bad.key"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("not-a-key"),
+        "the file's bytes are never shown: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_dump_holds_no_response_in_clear() {
+    let Some(url) = test_url("IDEMGATE_TEST_DATABASE_URL") else {
+        return;
+    };
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = key_file(dir.path(), "a.key", 3);
+    let table = format!("idem_sealed_{:012x}", rand_u64() >> 16);
+    let gw = gateway(&up.base, &url, |c| {
+        c.store_table = table.clone();
+        keys(c, &[&file]);
+    })
+    .await;
+    let (_, _, secret) = first_and_replay(&gw.base).await;
+    let dump = std::process::Command::new("pg_dump")
+        .args(["--data-only", "--table", &table, &url])
+        .output()
+        .unwrap();
+    drop_pg_table(&url, &table).await;
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    assert!(dump.stdout.len() > 100, "the dump holds the record");
+    assert!(!holds(&dump.stdout, &secret), "pg_dump holds it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_values_hold_no_response_in_clear() {
+    let Some(url) = test_url("IDEMGATE_TEST_REDIS_URL") else {
+        return;
+    };
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = key_file(dir.path(), "a.key", 5);
+    let prefix = format!("idem-sealed-{:012x}:", rand_u64() >> 16);
+    let gw = gateway(&up.base, &url, |c| {
+        c.store_key_prefix = prefix.clone();
+        keys(c, &[&file]);
+    })
+    .await;
+    let (_, _, secret) = first_and_replay(&gw.base).await;
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let found: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut values = Vec::new();
+    for k in &found {
+        let dumped: Vec<u8> = redis::cmd("DUMP")
+            .arg(k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        values.extend(dumped);
+    }
+    delete_redis_prefix(&url, &prefix).await;
+    assert!(!found.is_empty());
+    assert!(!holds(&values, &secret), "a Redis value holds it");
+}
