@@ -110,6 +110,7 @@ async fn rotation_replays_old_records_until_their_key_is_removed() {
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
     let (k2, body2, _) = first_and_replay(&gw.base).await;
     gw.stop().await;
+    operator_sees_both_keys(dir.path(), &store, (&old, &new), &k2).await;
     let gw = gateway(&up.base, &store, |c| keys(c, &[&new])).await;
     let retry = post(&gw.base, "/payments", Some(&k2), &body2)
         .send()
@@ -135,6 +136,36 @@ async fn rotation_replays_old_records_until_their_key_is_removed() {
         .unwrap();
     assert_problem(unkeyed, 500, "record-corrupt").await;
     assert_eq!(up.count(), 2, "nothing ran again");
+}
+
+/// `idemgate stats` counts one record per key id; `inspect --show-body` opens a sealed body
+/// with the configuration's keys, and says it is sealed without them.
+async fn operator_sees_both_keys(dir: &Path, store: &str, (old, new): (&Path, &Path), k: &str) {
+    let id = |f: &Path| {
+        let key = idemgate_core::seal::parse_key(&std::fs::read(f).unwrap()).unwrap();
+        idemgate_core::seal::key_id(&key).to_string()
+    };
+    let config = dir.join("ops.toml");
+    let files = format!("[\"{}\", \"{}\"]", new.display(), old.display());
+    std::fs::write(
+        &config,
+        format!("store = \"{store}\"\nencryption_key_files = {files}\n"),
+    )
+    .unwrap();
+    let stats = crate::admin::json(&config, &["stats"]).await;
+    assert_eq!(stats["sealed_by_key_id"][id(old)], 1, "{stats}");
+    assert_eq!(stats["sealed_by_key_id"][id(new)], 1, "{stats}");
+    let shown = crate::admin::json(&config, &["inspect", "--key", k, "--show-body"]).await;
+    let record = &shown["records"][0];
+    assert_eq!(record["sealed_by"], id(new).as_str());
+    assert!(
+        record["body"].as_str().unwrap().contains("SEALED-MARKER-"),
+        "{record}"
+    );
+    std::fs::write(&config, format!("store = \"{store}\"\n")).unwrap();
+    let shown = crate::admin::json(&config, &["inspect", "--key", k, "--show-body"]).await;
+    let body = shown["records"][0]["body"].as_str().unwrap().to_owned();
+    assert_eq!(body, format!("sealed, key id {}", id(new)));
 }
 
 /// The row of `key` as (principal, route, status, body, replayable, key id).
