@@ -62,6 +62,7 @@ mod resolve;
 mod retry_client;
 mod scope;
 mod sealed;
+mod sealed_logs;
 mod sqlite_files;
 mod stderr;
 mod store_metrics;

@@ -62,7 +62,7 @@ impl Cluster {
     }
 
     /// The store URL of the server on `port`.
-    fn url(port: u16) -> String {
+    pub(crate) fn url(port: u16) -> String {
         format!("postgres://postgres@127.0.0.1:{port}/postgres")
     }
 }

@@ -55,8 +55,12 @@ async fn first_and_replay(base: &str) -> (String, String, String) {
     (k, body, secret)
 }
 
+/// Whether `bytes` hold `secret`, as it is or hex-encoded (`pg_dump` writes a `bytea` in hex).
 fn holds(bytes: &[u8], secret: &str) -> bool {
-    bytes.windows(secret.len()).any(|w| w == secret.as_bytes())
+    let hex = hex::encode(secret);
+    [secret.as_bytes(), hex.as_bytes()]
+        .iter()
+        .any(|s| bytes.windows(s.len()).any(|w| w == *s))
 }
 
 fn dir_bytes(dir: &Path) -> Vec<u8> {
@@ -269,12 +273,31 @@ async fn a_postgres_dump_holds_no_response_in_clear() {
     let dir = tempfile::tempdir().unwrap();
     let file = key_file(dir.path(), "a.key", 3);
     let table = format!("idem_sealed_{:012x}", rand_u64() >> 16);
-    let gw = gateway(&up.base, &url, |c| {
-        c.store_table = table.clone();
-        keys(c, &[&file]);
-    })
-    .await;
-    let (_, _, secret) = first_and_replay(&gw.base).await;
+    // The forward journal holds what the store holds; the check finds a response in clear.
+    let (clear_dir, sealed_dir) = (dir.path().join("clear"), dir.path().join("sealed"));
+    let mut secrets = Vec::new();
+    for (journal, sealed) in [(&clear_dir, false), (&sealed_dir, true)] {
+        std::fs::create_dir(journal).unwrap();
+        let gw = gateway(&up.base, &url, |c| {
+            c.store_table = table.clone();
+            c.forward_journal_file = journal.join("journal.db").display().to_string();
+            if sealed {
+                keys(c, &[&file]);
+            }
+        })
+        .await;
+        secrets.push(first_and_replay(&gw.base).await.2);
+        gw.stop().await;
+    }
+    assert!(
+        holds(&dir_bytes(&clear_dir), &secrets[0]),
+        "the check can fail"
+    );
+    let secret = secrets.pop().unwrap();
+    assert!(
+        !holds(&dir_bytes(&sealed_dir), &secret),
+        "the journal holds it"
+    );
     let dump = std::process::Command::new("pg_dump")
         .args(["--data-only", "--table", &table, &url])
         .output()
@@ -286,6 +309,7 @@ async fn a_postgres_dump_holds_no_response_in_clear() {
         String::from_utf8_lossy(&dump.stderr)
     );
     assert!(dump.stdout.len() > 100, "the dump holds the record");
+    assert!(holds(&dump.stdout, &secrets[0]), "the check can fail");
     assert!(!holds(&dump.stdout, &secret), "pg_dump holds it");
 }
 
@@ -304,23 +328,14 @@ async fn redis_values_hold_no_response_in_clear() {
     })
     .await;
     let (_, _, secret) = first_and_replay(&gw.base).await;
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let found: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let mut values = Vec::new();
-    for k in &found {
-        let dumped: Vec<u8> = redis::cmd("DUMP")
-            .arg(k)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        values.extend(dumped);
-    }
+    let values = redis_values(&url, &prefix).await;
+    gw.stop().await;
+    // The check can fail: without keys the values hold the response.
+    let gw = gateway(&up.base, &url, |c| c.store_key_prefix = prefix.clone()).await;
+    let (_, _, clear) = first_and_replay(&gw.base).await;
+    let control = redis_values(&url, &prefix).await;
     delete_redis_prefix(&url, &prefix).await;
-    assert!(!found.is_empty());
+    assert!(values.len() > 100, "the record is read");
+    assert!(holds(&control, &clear), "the check can fail");
     assert!(!holds(&values, &secret), "a Redis value holds it");
 }

@@ -369,6 +369,28 @@ pub(crate) fn run_idemgate<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (i32, Strin
 }
 
 /// Deletes every Redis key under `prefix` (a test's own).
+/// The field values of every record hash under `prefix`, concatenated as stored (`HGETALL`;
+/// `DUMP` would compress long strings and hide what a value holds).
+pub(crate) async fn redis_values(url: &str, prefix: &str) -> Vec<u8> {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut values = Vec::new();
+    for k in &keys {
+        let fields: Vec<Vec<u8>> = redis::cmd("HGETALL")
+            .arg(k)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        values.extend(fields.into_iter().flatten());
+    }
+    values
+}
+
 pub(crate) async fn delete_redis_prefix(url: &str, prefix: &str) {
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
