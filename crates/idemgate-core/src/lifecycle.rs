@@ -176,6 +176,46 @@ impl<St> Lifecycle<St> {
         self.keyring.as_deref()
     }
 
+    /// `response` as a write under `lease` stores it: sealed for the lease's record when
+    /// responses are sealed at rest ([`Keyring::seal`]), else as it is. For front doors that
+    /// write an outcome themselves (the key service's `/v1/complete`, a completion inside a
+    /// handler's transaction).
+    pub fn seal_response(&self, lease: &Lease, response: StoredResponse) -> StoredResponse {
+        match self.keyring() {
+            Some(ring) => ring.seal(&lease.key, lease.fence, &response),
+            None => response,
+        }
+    }
+
+    /// The response of a record read from the store, opened and checked in clear
+    /// ([`Keyring::open`], [`crate::integrity::check_opened`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] as for a replay: sealed with a key not configured, or it does
+    /// not open.
+    pub fn open_response(
+        &self,
+        record: IdempotencyRecord,
+    ) -> Result<Option<StoredResponse>, StoreError> {
+        let decision = crate::engine::Decision::Replay;
+        Ok(peek::opened(self.keyring(), record, decision)?.response)
+    }
+
+    /// Whether `stored` (a record's fingerprint) is the fingerprint of a request whose plain
+    /// fingerprint is `plain`: equal, or keyed from it under one of the keys
+    /// ([`Keyring::matching_fingerprint`]).
+    pub fn same_fingerprint(&self, stored: &Fingerprint, plain: Fingerprint) -> bool {
+        *stored == plain
+            || self
+                .keyring()
+                .is_some_and(|ring| ring.matching_fingerprint(plain, stored).is_some())
+    }
+
+    /// [`Lifecycle::keyring`], shared.
+    pub fn shared_keyring(&self) -> Option<Arc<Keyring>> {
+        self.keyring.clone()
+    }
+
     /// Outcome writes being retried, and the response bytes they hold.
     pub fn pending_outcomes(&self) -> (usize, usize) {
         self.pending.load()
@@ -264,9 +304,15 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         if self.overloaded() {
             return Begin::Answer(Answer::Overloaded);
         }
+        // With keys, the stored fingerprint is keyed (docs/security.md); the comparison
+        // below keys the request's the same way ([`peek::fingerprint_as`]).
+        let stored = match self.keyring() {
+            Some(ring) => ring.keyed_fingerprint(fingerprint),
+            None => fingerprint,
+        };
         let mut req = InsertRequest {
             key: key.clone(),
-            fingerprint,
+            fingerprint: stored,
             token,
             lease_ttl: plan.lease_ttl,
             record_ttl: plan.record_ttl,
@@ -283,7 +329,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
                 }
                 Err(e) => return Begin::Answer(self.store_failed(key, e)),
             };
-            let fp = fingerprint_as(&record, fingerprint, &refingerprint).await;
+            let fp = fingerprint_as(&record, fingerprint, (&refingerprint, self.keyring())).await;
             let answer = match decide(Some(&record), &fp, now, plan) {
                 Decision::Insert => continue, // expired between the read and the decision
                 Decision::Takeover => match self.take_over(&record, now, plan, token).await {

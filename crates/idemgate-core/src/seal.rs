@@ -39,6 +39,7 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+use crate::fingerprint::Fingerprint;
 use crate::record::{EncryptionKeyId, ScopedKey, StoredResponse};
 
 /// The sealed form's first byte: its layout version.
@@ -54,10 +55,20 @@ const KEY_ID_TAG: &[u8] = b"idemgate-key-id-v1";
 const SEAL_KEY_TAG: &[u8] = b"idemgate-seal-key-v1";
 const AAD_TAG: &[u8] = b"idemgate-seal-v1";
 
+/// Domain separation of the fingerprint key and of keyed fingerprints.
+const FINGERPRINT_KEY_TAG: &[u8] = b"idemgate-fingerprint-key-v1";
+const FINGERPRINT_TAG: &[u8] = b"idemgate-fingerprint-v1";
+
+/// The bit a keyed fingerprint's version carries ([`Keyring::keyed_fingerprint`]); the other
+/// bits are the version of the plain fingerprint it was keyed from.
+pub const KEYED_FINGERPRINT: u16 = 0x8000;
+
 /// One key of a [`Keyring`].
 struct SealingKey {
     id: EncryptionKeyId,
     aead: XChaCha20Poly1305,
+    /// HMAC-SHA256 key of keyed fingerprints, derived from the key.
+    fingerprint: [u8; 32],
 }
 
 /// The encryption keys of a process: the first seals, every one opens. Its `Debug` shows
@@ -103,7 +114,14 @@ impl Keyring {
             mac.update(SEAL_KEY_TAG);
             let derived = mac.finalize().into_bytes();
             let aead = XChaCha20Poly1305::new_from_slice(&derived).expect("32 bytes");
-            ring.push(SealingKey { id, aead });
+            let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&secret).expect("any length");
+            mac.update(FINGERPRINT_KEY_TAG);
+            let fingerprint = mac.finalize().into_bytes().into();
+            ring.push(SealingKey {
+                id,
+                aead,
+                fingerprint,
+            });
         }
         Ok(Self { keys: ring })
     }
@@ -135,6 +153,27 @@ impl Keyring {
     /// The id of the key that seals.
     pub fn sealing_id(&self) -> EncryptionKeyId {
         self.keys[0].id
+    }
+
+    /// `plain` keyed with the first key: HMAC-SHA256 over its version and digest, with the
+    /// version `plain.version | KEYED_FINGERPRINT`. Stored instead of the plain SHA-256 when
+    /// responses are sealed, so the store's fingerprints confirm no guessed request.
+    pub fn keyed_fingerprint(&self, plain: Fingerprint) -> Fingerprint {
+        keyed(&self.keys[0], plain)
+    }
+
+    /// The keyed form of `plain` that equals `stored` under one of the keys (a record keyed
+    /// before a rotation), or `None` when no key gives it (another request, or a key no
+    /// longer configured).
+    pub fn matching_fingerprint(
+        &self,
+        plain: Fingerprint,
+        stored: &Fingerprint,
+    ) -> Option<Fingerprint> {
+        self.keys
+            .iter()
+            .map(|k| keyed(k, plain))
+            .find(|candidate| candidate == stored)
     }
 
     /// `response` sealed with the first key for the record `key` at `fence` (see the
@@ -222,6 +261,17 @@ impl Keyring {
             replayable: sealed.replayable,
             sealed_by: None,
         })
+    }
+}
+
+fn keyed(key: &SealingKey, plain: Fingerprint) -> Fingerprint {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key.fingerprint).expect("any length");
+    mac.update(FINGERPRINT_TAG);
+    mac.update(&plain.version.to_be_bytes());
+    mac.update(&plain.digest);
+    Fingerprint {
+        version: plain.version | KEYED_FINGERPRINT,
+        digest: mac.finalize().into_bytes().into(),
     }
 }
 

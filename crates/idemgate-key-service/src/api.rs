@@ -247,7 +247,7 @@ impl<St: IdempotencyStore> KeyService<St> {
             .filter(|r| {
                 r.state == RecordState::InProgress
                     && r.lease_token == Some(token)
-                    && r.fingerprint == fp
+                    && self.lifecycle.same_fingerprint(&r.fingerprint, fp)
             })
             .map(|r| AcquireResponse::Run {
                 lease: LeaseInfo {

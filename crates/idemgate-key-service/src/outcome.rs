@@ -86,9 +86,10 @@ pub async fn complete<St: IdempotencyStore>(
 ) -> Result<Json<OutcomeResponse>, ApiError> {
     let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
     let response = validate::response(&req.response)?;
-    let written = s
-        .timed(s.lifecycle.store().complete(&lease, &response))
-        .await;
+    // Sealed at rest when the key service has keys; a response already sealed by an
+    // `idemgate://` gateway goes through `/v1/store/complete` instead.
+    let sealed = s.lifecycle.seal_response(&lease, response.clone());
+    let written = s.timed(s.lifecycle.store().complete(&lease, &sealed)).await;
     let answer = s
         .settle(written, &lease, RecordState::Completed, Some(&response))
         .await?;
@@ -200,12 +201,13 @@ impl<St: IdempotencyStore> KeyService<St> {
         }
         let record = self.call(self.lifecycle.store().get(&lease.key)).await?;
         match record {
-            Some(r)
-                if r.state == state
-                    && r.fence == lease.fence
-                    && r.response.as_ref() == response =>
-            {
-                Ok(landed(name, true))
+            Some(r) if r.state == state && r.fence == lease.fence => {
+                // A sealed response is compared in clear (each seal has its own nonce).
+                let stored = self.lifecycle.open_response(r).map_err(store_error)?;
+                match stored.as_ref() == response {
+                    true => Ok(landed(name, true)),
+                    false => Err(store_error(StoreError::LeaseLost)),
+                }
             }
             _ => Err(store_error(StoreError::LeaseLost)),
         }

@@ -68,6 +68,12 @@ pub async fn records<St: IdempotencyStore>(
         .await?
         .ok_or_else(ApiError::not_found)?;
     let with_body = q.body.unwrap_or(false);
+    // The body in clear, opened with the key service's keys (a record it cannot open is
+    // shown without its headers and body).
+    let opened = match with_body {
+        true => s.lifecycle.open_response(record.clone()).ok().flatten(),
+        false => None,
+    };
     Ok(Json(RecordView {
         namespace: namespace.to_owned(),
         scope: q.scope,
@@ -81,13 +87,13 @@ pub async fn records<St: IdempotencyStore>(
         expires_at: record.expires_at,
         lease_expires_at: record.lease_expires_at,
         response: record.response.map(|r| {
-            let parts = validate::response_parts(&r);
+            let clear = opened.as_ref();
             StoredView {
                 status: r.status,
-                body_bytes: r.body.len() as u64,
+                body_bytes: clear.map_or(r.body.len(), |c| c.body.len()) as u64,
                 replayable: r.replayable,
-                headers: with_body.then_some(parts.headers),
-                body_base64: with_body.then(|| B64.encode(&r.body)),
+                headers: clear.map(|c| validate::response_parts(c).headers),
+                body_base64: clear.map(|c| B64.encode(&c.body)),
             }
         }),
     }))

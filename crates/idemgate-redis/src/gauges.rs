@@ -28,6 +28,10 @@ const READ: &str = "if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return fals
     return {f[1] or false, f[2] or false, f[3] or false, f[4] or false, \
     redis.call('HSTRLEN', KEYS[1], 'rb')}";
 
+/// One key's key id of a sealed response (`ki`); nil when in clear or not a hash.
+const READ_KEY_ID: &str = "if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return false end \
+    return redis.call('HGET', KEYS[1], 'ki')";
+
 fn int(v: &Value) -> Option<i64> {
     Option::<i64>::from_redis_value(v).ok().flatten()
 }
@@ -87,6 +91,33 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Records per key id of a sealed response: every key of the prefix, scanned on every
+    /// primary, one short read-only script per key, pipelined.
+    async fn scan_sealed(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut conn = self.conn();
+        let mut by_id = std::collections::BTreeMap::<String, u64>::new();
+        let per = if self.is_cluster() { 1 } else { 100 };
+        let mut scan = self.start_scan().await?;
+        while let Some((_, keys)) = self.next_page(&mut scan).await? {
+            for chunk in keys.chunks(per) {
+                let mut pipe = redis::pipe();
+                for k in chunk {
+                    pipe.cmd("EVAL").arg(READ_KEY_ID).arg(1).arg(k);
+                }
+                let ids: Vec<Option<Vec<u8>>> =
+                    pipe.query_async(&mut conn).await.map_err(classify)?;
+                for id in ids.into_iter().flatten() {
+                    *by_id
+                        .entry(String::from_utf8_lossy(&id).into_owned())
+                        .or_default() += 1;
+                }
+            }
+        }
+        Ok(by_id.into_iter().collect())
+    }
+}
+
 impl GaugedStore for RedisStore {
     /// Exact while the database holds at most [`SCAN_ALL_BELOW`] keys (a `SCAN` of the
     /// prefix, then one short read-only script per key, pipelined); past that, and always on a
@@ -133,6 +164,11 @@ impl GaugedStore for RedisStore {
     async fn count_exact(&self) -> Result<StoreCount, StoreError> {
         let now = self.server_now().await?;
         self.scan_count(now).await
+    }
+
+    /// A `SCAN` of the prefix's keys on every primary, whatever the database's size.
+    async fn count_sealed(&self) -> Result<Option<Vec<(String, u64)>>, StoreError> {
+        Ok(Some(self.scan_sealed().await?))
     }
 
     /// `None`: Redis deletes each record itself at its `expires_at`.

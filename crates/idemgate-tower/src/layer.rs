@@ -95,6 +95,9 @@ impl<St: IdempotencyStore> IdempotencyLayer<St> {
     /// records it reads with any of its keys (encryption at rest,
     /// [`idemgate_core::seal`]). `None`: responses stored in clear (the default).
     pub fn with_keyring(mut self, keyring: Option<Arc<idemgate_core::seal::Keyring>>) -> Self {
+        if let Some(tx) = self.ctx.transactional.as_mut() {
+            tx.set_keyring(keyring.clone());
+        }
         self.ctx.lifecycle = self.ctx.lifecycle.with_keyring(keyring);
         self
     }

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
 use idemgate_core::lifecycle::Outcome;
+use idemgate_core::seal::Keyring;
 use idemgate_core::{StoreError, StoredResponse};
 use idemgate_postgres::PostgresStore;
 use sqlx::PgConnection;
@@ -51,8 +52,20 @@ impl IntoResponse for CompleteError {
     }
 }
 
-/// The store a lease completes through inside the handler's transaction.
-pub(crate) type TxStore = std::sync::Arc<PostgresStore>;
+/// The store a lease completes through inside the handler's transaction, and the keys that
+/// seal what it stores ([`IdempotencyLayer::with_keyring`]).
+#[derive(Clone, Debug)]
+pub(crate) struct TxStore {
+    store: std::sync::Arc<PostgresStore>,
+    keyring: Option<std::sync::Arc<Keyring>>,
+}
+
+impl TxStore {
+    /// Seals with `keyring` from now on.
+    pub(crate) fn set_keyring(&mut self, keyring: Option<std::sync::Arc<Keyring>>) {
+        self.keyring = keyring;
+    }
+}
 
 impl IdempotencyLayer<PostgresStore> {
     /// This layer with completion inside the handler's transaction enabled: each lease
@@ -60,7 +73,10 @@ impl IdempotencyLayer<PostgresStore> {
     /// it. Without it `complete_in` answers [`CompleteError::NotPostgres`].
     #[must_use]
     pub fn with_transactions(mut self) -> Self {
-        self.ctx.transactional = Some(self.lifecycle().store().clone());
+        self.ctx.transactional = Some(TxStore {
+            store: self.lifecycle().store().clone(),
+            keyring: self.lifecycle().shared_keyring(),
+        });
         self
     }
 }
@@ -95,7 +111,7 @@ impl LeaseHandle {
         if self.is_completed() {
             return Err(CompleteError::AlreadyCompleted);
         }
-        let store = self.transactional().ok_or(CompleteError::NotPostgres)?;
+        let tx = self.transactional().ok_or(CompleteError::NotPostgres)?;
         let route = self.route();
         let (parts, body) = response.into_response().into_parts();
         if route.action_for(parts.status, &parts.headers) != StatusAction::Store {
@@ -123,8 +139,13 @@ impl LeaseHandle {
             let status = format!("status {}", parts.status);
             return Err(CompleteError::NotStorable(status));
         };
-        store
-            .complete_using(conn, self.lease(), &stored)
+        let lease = self.lease();
+        let stored = match &tx.keyring {
+            Some(ring) => ring.seal(&lease.key, lease.fence, &stored),
+            None => stored,
+        };
+        tx.store
+            .complete_using(conn, lease, &stored)
             .await
             .map_err(CompleteError::Store)?;
         self.mark_completed();

@@ -194,11 +194,9 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     /// `outcome` with its response sealed for the holder's record, when responses are
     /// sealed at rest: once per outcome, so every retry of the write stores the same bytes.
     fn sealed(&self, holder: &Holder, outcome: Outcome) -> Outcome {
-        match (outcome, self.keyring()) {
-            (Outcome::Complete(r), Some(ring)) => {
-                Outcome::Complete(ring.seal(&holder.lease.key, holder.lease.fence, &r))
-            }
-            (outcome, _) => outcome,
+        match outcome {
+            Outcome::Complete(r) => Outcome::Complete(self.seal_response(&holder.lease, r)),
+            outcome => outcome,
         }
     }
 

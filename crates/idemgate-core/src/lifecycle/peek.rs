@@ -12,7 +12,7 @@ use crate::engine::{decide, Decision};
 use crate::fingerprint::Fingerprint;
 use crate::integrity::check_opened;
 use crate::record::{IdempotencyRecord, LeaseToken, ScopedKey};
-use crate::seal::Keyring;
+use crate::seal::{Keyring, KEYED_FINGERPRINT};
 use crate::store::{IdempotencyStore, Peeked, StoreError};
 
 /// What [`Lifecycle::peek`] found. On a route whose duplicates wait
@@ -118,15 +118,33 @@ pub(super) fn settled(
 pub(super) async fn fingerprint_as<F>(
     record: &IdempotencyRecord,
     fingerprint: Fingerprint,
-    refingerprint: &impl Fn(u16) -> F,
+    (refingerprint, keyring): (&impl Fn(u16) -> F, Option<&Keyring>),
 ) -> Fingerprint
 where
     F: Future<Output = Option<Fingerprint>>,
 {
-    match record.fingerprint.version {
+    let stored = &record.fingerprint;
+    let base = stored.version & !KEYED_FINGERPRINT;
+    let plain = match base {
         v if v == fingerprint.version => fingerprint,
-        v => refingerprint(v).await.unwrap_or(fingerprint),
+        v => match refingerprint(v).await {
+            Some(fp) => fp,
+            None => return fingerprint, // another version: a mismatch
+        },
+    };
+    if stored.version & KEYED_FINGERPRINT == 0 {
+        return plain;
     }
+    // Keyed under one of the keys; else, when the record's response is sealed with a key
+    // this process lacks (removed too early, or none configured), the record answers
+    // `Corrupt` ([`opened`]) rather than a mismatch; else a mismatch.
+    let matched = keyring.and_then(|ring| ring.matching_fingerprint(plain, stored));
+    let sealed_by = record.response.as_ref().and_then(|r| r.sealed_by);
+    let key_gone =
+        sealed_by.is_some_and(|id| keyring.is_none_or(|ring| !ring.ids().any(|k| k == id)));
+    matched
+        .or_else(|| key_gone.then_some(*stored))
+        .unwrap_or(fingerprint)
 }
 
 impl<St: IdempotencyStore> Lifecycle<St> {
@@ -165,7 +183,7 @@ impl<St: IdempotencyStore> Lifecycle<St> {
             Err(e @ StoreError::Corrupt { .. }) => return Peek::Answer(self.store_failed(key, e)),
             Err(e) => return Peek::Acquire(Acquire(Ahead::Failed(e))),
         };
-        let fp = fingerprint_as(&record, fingerprint, &refingerprint).await;
+        let fp = fingerprint_as(&record, fingerprint, (&refingerprint, self.keyring())).await;
         let decision = decide(Some(&record), &fp, now, plan);
         let record = match opened(self.keyring(), record, decision) {
             Ok(record) => record,

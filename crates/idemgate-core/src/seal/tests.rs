@@ -141,3 +141,18 @@ fn a_not_replayable_response_is_sealed_too_and_opens_without_a_body() {
     let stored = raw.validate().unwrap().response.unwrap();
     assert_eq!(ring.open(&key, 1, stored).unwrap(), clear);
 }
+
+#[test]
+fn keyed_fingerprints_hide_the_digest_and_match_under_any_key() {
+    let plain = fp(9);
+    let old = ring(&[1]);
+    let keyed = old.keyed_fingerprint(plain);
+    assert_eq!(keyed.version, plain.version | KEYED_FINGERPRINT);
+    assert_ne!(keyed.digest, plain.digest);
+    assert_eq!(old.keyed_fingerprint(plain), keyed, "deterministic");
+    let rotated = ring(&[2, 1]);
+    assert_ne!(rotated.keyed_fingerprint(plain), keyed);
+    assert_eq!(rotated.matching_fingerprint(plain, &keyed), Some(keyed));
+    assert_eq!(rotated.matching_fingerprint(fp(8), &keyed), None);
+    assert_eq!(ring(&[2]).matching_fingerprint(plain, &keyed), None);
+}

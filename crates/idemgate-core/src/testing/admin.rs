@@ -171,4 +171,30 @@ pub async fn admin_stats_count_by_state<S: GaugedStore>(s: S, caps: StoreCapabil
     assert!(st.oldest_created_at.is_some_and(|o| o <= st.now));
     let rec = s.get(&stuck).await.unwrap().expect("stuck record");
     assert_eq!(rec.state, RecordState::InProgress);
+    sealed_counted_per_key_id(&s).await;
+}
+
+/// [`GaugedStore::count_sealed`]: records sealed under each key id, none in clear.
+async fn sealed_counted_per_key_id<S: GaugedStore>(s: &S) {
+    let Some(before) = s.count_sealed().await.unwrap() else {
+        return; // a store that cannot count them says so
+    };
+    assert!(before.is_empty(), "{before:?}");
+    let ring = |seed: u8| crate::seal::Keyring::new(vec![[seed; 32]]).unwrap();
+    let (a, b) = (ring(0x11), ring(0x22));
+    for (n, ring) in [(2, &a), (1, &b)] {
+        for _ in 0..n {
+            let k = unique_key("sealed");
+            let lease = insert(s, &k, fp(1)).await;
+            s.complete(&lease, &ring.seal(&k, lease.fence, &response(8)))
+                .await
+                .unwrap();
+        }
+    }
+    let mut want = vec![
+        (a.sealing_id().to_string(), 2),
+        (b.sealing_id().to_string(), 1),
+    ];
+    want.sort();
+    assert_eq!(s.count_sealed().await.unwrap(), Some(want));
 }

@@ -88,4 +88,37 @@ pub async fn lifecycle_seals_what_it_stores<S: IdempotencyStore>(s: S) {
         Begin::Answer(Answer::Replay(r)) => assert_eq!(r, clear),
         other => panic!("{other:?}"),
     }
+    // The stored fingerprint is keyed: no plain SHA-256 of the request is stored.
+    assert_eq!(rec.fingerprint, rotated.keyed_fingerprint(fp(1)));
+    assert_ne!(rec.fingerprint.digest, fp(1).digest);
+    assert!(lifecycle.same_fingerprint(&rec.fingerprint, fp(1)));
+    assert!(!lifecycle.same_fingerprint(&rec.fingerprint, fp(2)));
+    let other = lifecycle.begin(&k, fp(2), &plan, |_| async { None }).await;
+    assert!(
+        matches!(other, Begin::Answer(Answer::Mismatch)),
+        "{other:?}"
+    );
+    // After a rotation the old key still matches its records' fingerprints.
+    let next = Keyring::new(vec![[0x77; 32], [0xa5; 32], [0x5a; 32]]).unwrap();
+    let after = Lifecycle::new(s.clone(), Default::default()).with_keyring(Some(Arc::new(next)));
+    match after.begin(&k, fp(1), &plan, |_| async { None }).await {
+        Begin::Answer(Answer::Replay(r)) => assert_eq!(r, clear),
+        other => panic!("after a rotation: {other:?}"),
+    }
+    // Without its keys a sealed record answers `Corrupt`, whatever the request: never a
+    // replay, never a run.
+    let keyless = Lifecycle::new(s.clone(), Default::default());
+    let other_keys = Lifecycle::new(s.clone(), Default::default())
+        .with_keyring(Some(Arc::new(Keyring::new(vec![[0x33; 32]]).unwrap())));
+    for lifecycle in [keyless, other_keys] {
+        for request in [fp(1), fp(2)] {
+            let answer = lifecycle
+                .begin(&k, request, &plan, |_| async { None })
+                .await;
+            assert!(
+                matches!(answer, Begin::Answer(Answer::Corrupt)),
+                "{answer:?}"
+            );
+        }
+    }
 }

@@ -274,7 +274,8 @@ pub struct StatsView {
     /// [`StoreCount::approximate`]).
     pub approximate: bool,
     /// Records holding a sealed response, per encryption key id (exact, expired ones
-    /// included); `None` where the store cannot count them (Redis, a key service).
+    /// included); `None` where the store cannot count them (a key service's store is counted
+    /// on the key service's host).
     pub sealed_by_key_id: Option<std::collections::BTreeMap<String, u64>>,
 }
 

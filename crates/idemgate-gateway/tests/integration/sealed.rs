@@ -339,3 +339,67 @@ async fn redis_values_hold_no_response_in_clear() {
     assert!(holds(&control, &clear), "the check can fail");
     assert!(!holds(&values, &secret), "a Redis value holds it");
 }
+
+/// A key service with keys: a retried acquire of one attempt gets its own lease back (the
+/// stored fingerprint is keyed), `/v1/complete` stores the response sealed, and the next
+/// acquire replays it in clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_service_seals_what_it_completes() {
+    use crate::support::key_service::{config_text, free_addr, start, wait_for, TOKEN_A};
+    let dir = tempfile::tempdir().unwrap();
+    let file = key_file(dir.path(), "ks.key", 11);
+    let db = dir.path().join("ks.db");
+    let addr = free_addr();
+    let extra = format!("encryption_key_files = [\"{}\"]", file.display());
+    let config = dir.path().join("ks.toml");
+    let store = format!("sqlite://{}", db.display());
+    std::fs::write(&config, config_text(&store, &addr, &extra)).unwrap();
+    let mut child = start(&config);
+    wait_for(&addr).await;
+    let call = |path: &str, body: serde_json::Value| {
+        let url = format!("http://{addr}{path}");
+        async move {
+            let resp = client().post(url).bearer_auth(TOKEN_A).json(&body).send();
+            let resp = resp.await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let ident = serde_json::json!({"scope": "POST /p", "principal": "u", "key": key()});
+    let mut ask = ident.clone();
+    ask["fingerprint"] = "amount=1000".into();
+    ask["attempt"] = format!("attempt-{}", rand_u64()).into();
+    let first = call("/v1/acquire", ask.clone()).await;
+    let again = call("/v1/acquire", ask.clone()).await;
+    assert_eq!(
+        (&first["decision"], &again["decision"]),
+        (&"run".into(), &"run".into())
+    );
+    let secret = marker();
+    let mut done = ident.clone();
+    done["lease"] = first["lease"].clone();
+    done["response"] = serde_json::json!({"status": 201, "headers": [],
+        "body_base64": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &secret)});
+    call("/v1/complete", done).await;
+    ask["attempt"] = format!("attempt-{}", rand_u64()).into();
+    let replay = call("/v1/acquire", ask).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(replay["decision"], "replay", "{replay}");
+    let body = replay["response"]["body_base64"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let body = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, body).unwrap();
+    assert_eq!(body, secret.as_bytes());
+    let mut stored = Vec::new();
+    for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+        if f.path().to_string_lossy().contains("ks.db") {
+            stored.extend(std::fs::read(f.path()).unwrap());
+        }
+    }
+    assert!(
+        stored.len() > 1000 && !holds(&stored, &secret),
+        "the key service's store holds it"
+    );
+}

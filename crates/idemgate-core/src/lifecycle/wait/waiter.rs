@@ -110,7 +110,7 @@ impl Wait {
                 Read::Record(record, now) => (record, now),
             };
             vanished = None;
-            let fp = fingerprint_as(&record, fingerprint, refingerprint).await;
+            let fp = fingerprint_as(&record, fingerprint, (refingerprint, keyring)).await;
             match decide(Some(&record), &fp, now, plan) {
                 Decision::InFlight { .. } if self.follow(&record) => continue,
                 // Run by another lease without a release of the one waited on: the record
