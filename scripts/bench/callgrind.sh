@@ -16,7 +16,9 @@
 # next two), CG_KEEP=DIR (keeps the callgrind output there, for callgrind_annotate),
 # CG_DEFAULTS (lines added to the gateway's [defaults], e.g. to count a feature's cost:
 # CG_DEFAULTS='store_response = "redacted"
-# redact_json_pointers = ["/id"]'; the upstream answers {"id":"…","status":"created"}).
+# redact_json_pointers = ["/id"]'; the upstream answers {"id":"…","status":"created"}),
+# CG_TOP (top-level lines put before the file's tables, e.g. to count encryption at rest:
+# CG_TOP='encryption_key_files = ["/path/to/64-hex-digits.key"]').
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 ST=${1:?store: memory, sqlite, redis or postgres} MODE=${2:?mode: fresh, replay or pass}
@@ -47,6 +49,9 @@ case $ST in
 esac
 write_gateway_conf "$OUT/gw.toml" "$GW_PORT" "$UP" "$SU" "$EXTRA"
 [ -n "${CG_DEFAULTS:-}" ] && printf '%s\n' "$CG_DEFAULTS" >>"$OUT/gw.toml"
+if [ -n "${CG_TOP:-}" ]; then
+  { printf '%s\n' "$CG_TOP"; cat "$OUT/gw.toml"; } >"$OUT/gw.top" && mv "$OUT/gw.top" "$OUT/gw.toml"
+fi
 (cd "$OUT" && RUST_LOG=warn exec valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.out" \
   "$BIN" serve --config gw.toml) >"$OUT/log" 2>&1 &
 GW=$!; remember_pid "$GW"

@@ -34,7 +34,7 @@ use std::fmt;
 use std::path::Path;
 
 use bytes::Bytes;
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -67,8 +67,9 @@ pub const KEYED_FINGERPRINT: u16 = 0x8000;
 struct SealingKey {
     id: EncryptionKeyId,
     aead: XChaCha20Poly1305,
-    /// HMAC-SHA256 key of keyed fingerprints, derived from the key.
-    fingerprint: [u8; 32],
+    /// HMAC-SHA256 of keyed fingerprints under a key derived from the key, its key blocks
+    /// already hashed (cloned per fingerprint).
+    fingerprint: Hmac<Sha256>,
 }
 
 /// The encryption keys of a process: the first seals, every one opens. Its `Debug` shows
@@ -116,7 +117,8 @@ impl Keyring {
             let aead = XChaCha20Poly1305::new_from_slice(&derived).expect("32 bytes");
             let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&secret).expect("any length");
             mac.update(FINGERPRINT_KEY_TAG);
-            let fingerprint = mac.finalize().into_bytes().into();
+            let derived = mac.finalize().into_bytes();
+            let fingerprint = <Hmac<Sha256> as Mac>::new_from_slice(&derived).expect("any length");
             ring.push(SealingKey {
                 id,
                 aead,
@@ -184,26 +186,25 @@ impl Keyring {
         }
         let sealing = &self.keys[0];
         let headers = response.encode_headers();
-        let mut plain = Vec::with_capacity(4 + headers.len() + response.body.len());
-        plain.extend_from_slice(&(headers.len() as u32).to_be_bytes());
-        plain.extend_from_slice(&headers);
-        plain.extend_from_slice(&response.body);
+        // One buffer, sealed in place: version, nonce, then the plaintext, then the tag.
+        let plain_len = 4 + headers.len() + response.body.len();
+        let mut body = Vec::with_capacity(1 + NONCE_BYTES + plain_len + TAG_BYTES);
         let nonce: [u8; NONCE_BYTES] = rand::random();
-        let aad = associated_data(key, response.status, fence, sealing.id, response.replayable);
-        let sealed = sealing
-            .aead
-            .encrypt(
-                XNonce::from_slice(&nonce),
-                Payload {
-                    msg: &plain,
-                    aad: &aad,
-                },
-            )
-            .expect("XChaCha20-Poly1305 seals any length under 256 GiB");
-        let mut body = Vec::with_capacity(1 + NONCE_BYTES + sealed.len());
         body.push(FORM_VERSION);
         body.extend_from_slice(&nonce);
-        body.extend_from_slice(&sealed);
+        body.extend_from_slice(&(headers.len() as u32).to_be_bytes());
+        body.extend_from_slice(&headers);
+        body.extend_from_slice(&response.body);
+        let aad = associated_data(key, response.status, fence, sealing.id, response.replayable);
+        let tag = sealing
+            .aead
+            .encrypt_in_place_detached(
+                XNonce::from_slice(&nonce),
+                &aad,
+                &mut body[1 + NONCE_BYTES..],
+            )
+            .expect("XChaCha20-Poly1305 seals any length under 256 GiB");
+        body.extend_from_slice(&tag);
         StoredResponse {
             status: response.status,
             headers: Vec::new(),
@@ -237,23 +238,20 @@ impl Keyring {
         if *version != FORM_VERSION || rest.len() < NONCE_BYTES + TAG_BYTES {
             return Err(forged());
         }
-        let (nonce, ciphertext) = rest.split_at(NONCE_BYTES);
+        let (nonce, sealed_part) = rest.split_at(NONCE_BYTES);
+        let (ciphertext, tag) = sealed_part.split_at(sealed_part.len() - TAG_BYTES);
         let aad = associated_data(key, sealed.status, fence, id, sealed.replayable);
-        let plain = sealing
+        let mut plain = ciphertext.to_vec();
+        sealing
             .aead
-            .decrypt(
-                XNonce::from_slice(nonce),
-                Payload {
-                    msg: ciphertext,
-                    aad: &aad,
-                },
-            )
+            .decrypt_in_place_detached(XNonce::from_slice(nonce), &aad, &mut plain, tag.into())
             .map_err(|_| forged())?;
         let (len, rest) = plain.split_first_chunk::<4>().ok_or_else(forged)?;
         let len = u32::from_be_bytes(*len) as usize;
         let raw_headers = rest.get(..len).ok_or_else(forged)?;
         let headers = StoredResponse::decode_headers(raw_headers).map_err(|_| forged())?;
-        let body = Bytes::copy_from_slice(&rest[len..]);
+        // The body is the plaintext's tail: no copy.
+        let body = Bytes::from(plain).slice(4 + len..);
         Ok(StoredResponse {
             status: sealed.status,
             headers,
@@ -265,7 +263,7 @@ impl Keyring {
 }
 
 fn keyed(key: &SealingKey, plain: Fingerprint) -> Fingerprint {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key.fingerprint).expect("any length");
+    let mut mac = key.fingerprint.clone();
     mac.update(FINGERPRINT_TAG);
     mac.update(&plain.version.to_be_bytes());
     mac.update(&plain.digest);
