@@ -18,8 +18,8 @@ use crate::RawRecord;
 mod resolve;
 
 pub use resolve::{
-    check_resolvable, is_reserved, resolution_of, resolve, resolved_detail, NotResolvable,
-    Operator, OperatorOutcome, Resolution, ResolveError, Resolved, MAX_DETAIL_BYTES,
+    check_resolvable, is_reserved, resolution_of, resolve, resolve_sealed, resolved_detail,
+    NotResolvable, Operator, OperatorOutcome, Resolution, ResolveError, Resolved, MAX_DETAIL_BYTES,
     RESOLVED_DETAIL_HEADER, RESOLVED_HEADER, RESOLVE_LEASE_TTL,
 };
 

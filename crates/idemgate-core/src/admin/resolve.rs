@@ -217,6 +217,21 @@ pub async fn resolve<S: IdempotencyStore>(
     outcome: &OperatorOutcome,
     by: &Operator,
 ) -> Result<Resolved, ResolveError> {
+    resolve_sealed(store, seen, (now, outcome, by), None).await
+}
+
+/// [`resolve`] for gateways that seal responses at rest: the stored response is sealed
+/// with `keyring` ([`crate::seal`]), as a gateway with those keys would store it;
+/// [`Resolved::response`] is the response in clear.
+///
+/// # Errors
+/// As [`resolve`].
+pub async fn resolve_sealed<S: IdempotencyStore>(
+    store: &S,
+    seen: &IdempotencyRecord,
+    (now, outcome, by): (UnixMillis, &OperatorOutcome, &Operator),
+    keyring: Option<&crate::seal::Keyring>,
+) -> Result<Resolved, ResolveError> {
     check_resolvable(seen, now).map_err(ResolveError::Refused)?;
     // Checked before the takeover, so a refused outcome leaves the record untouched.
     sealed(seen, outcome, by, now)?;
@@ -228,7 +243,11 @@ pub async fn resolve<S: IdempotencyStore>(
     // The store's clock at the takeover: the lease it granted ends RESOLVE_LEASE_TTL later.
     let at = lease.expires_at - RESOLVE_LEASE_TTL.as_millis() as i64;
     let (resolution, response) = sealed(seen, outcome, by, at)?;
-    match store.complete(&lease, &response).await {
+    let stored = match keyring {
+        Some(ring) => ring.seal(&lease.key, lease.fence, &response),
+        None => response.clone(),
+    };
+    match store.complete(&lease, &stored).await {
         Ok(()) => Ok(Resolved {
             fence: lease.fence,
             resolution,

@@ -60,11 +60,45 @@ fn lost<T: std::fmt::Debug>(what: &str, r: Result<T, StoreError>) {
     );
 }
 
+/// With keys, the operator's answer is stored sealed and replays in clear to a lifecycle
+/// with those keys.
+async fn resolve_seals_with_the_keys<S: IdempotencyStore>(s: &S) {
+    let ring = crate::seal::Keyring::new(vec![[0x3c; 32]]).unwrap();
+    let k = unique_key("alice");
+    insert_tiny(s, &k).await;
+    tokio::time::sleep(PAST_TINY_LEASE).await;
+    let seen = s.get(&k).await.unwrap().expect("the stuck record");
+    let now = crate::record::now_millis();
+    let by = (now, &known_outcome(), &operator());
+    let done = crate::admin::resolve_sealed(s, &seen, by, Some(&ring))
+        .await
+        .unwrap();
+    let stored = s
+        .get(&k)
+        .await
+        .unwrap()
+        .expect("resolved")
+        .response
+        .unwrap();
+    assert_eq!(stored.sealed_by, Some(ring.sealing_id()));
+    assert!(!stored.body.windows(5).any(|w| w == b"pay_1"));
+    assert_eq!(ring.open(&k, done.fence, stored).unwrap(), done.response);
+}
+
+async fn insert_tiny<S: IdempotencyStore>(s: &S, k: &ScopedKey) {
+    inserted(
+        s.insert_or_get(&request(k, fp(1), TINY_LEASE, DAY))
+            .await
+            .unwrap(),
+    );
+}
+
 /// A holder acquires and loses the store past its lease; an operator resolves the stuck
 /// record (takeover, fence + 1, then completion); the holder's late outcome, renewal,
 /// failure and release are all refused, and the record keeps the operator's answer,
 /// checksummed, with the audit entry.
 pub async fn admin_resolve_fences_out_the_holder<S: IdempotencyStore + AdminStore>(s: S) {
+    resolve_seals_with_the_keys(&s).await;
     let k = unique_key("alice");
     let holder = inserted(
         s.insert_or_get(&request(&k, fp(1), TINY_LEASE, DAY))

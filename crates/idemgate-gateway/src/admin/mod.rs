@@ -238,15 +238,29 @@ fn open_bodies(
     if !listing.records.iter().any(|r| r.sealed_by.is_some()) {
         return Ok(());
     }
-    let files = store.file()?.encryption_key_files;
-    if files.is_empty() {
+    let Some(ring) = keyring(store)? else {
         return Ok(());
-    }
-    let ring = idemgate_core::seal::Keyring::load(&files).map_err(|e| anyhow::anyhow!(e))?;
+    };
     for (view, raw) in views.iter_mut().zip(&listing.records) {
         view.open_body(raw, &ring);
     }
     Ok(())
+}
+
+/// The keys of the configuration's `encryption_key_files`, if it has any.
+///
+/// # Errors
+/// A key file that cannot be read or is not a key (the message names the file).
+pub(crate) fn keyring(store: &StoreArgs) -> anyhow::Result<Option<idemgate_core::seal::Keyring>> {
+    let files = store.file()?.encryption_key_files;
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let paths: Vec<&str> = files.iter().map(|f| f.trim()).collect();
+    let ring = idemgate_core::seal::Keyring::load(&paths);
+    Ok(Some(ring.map_err(|e| {
+        anyhow::anyhow!("encryption_key_files: {e}")
+    })?))
 }
 
 /// `idemgate release`: shows the matching records, asks, and deletes exactly those, with an

@@ -138,7 +138,12 @@ impl RecordView {
         };
         self.body = Some(match keyring.open(&record.key, record.fence, sealed) {
             Ok(clear) => String::from_utf8_lossy(&clear.body).into_owned(),
-            Err(e) => format!("not opened: {e}"),
+            Err(e) => {
+                // As the gateways with these keys read it: corrupt, never replayed.
+                self.condition = "corrupt";
+                self.problem = Some(e.to_string());
+                format!("not opened: {e}")
+            }
         });
     }
 
@@ -351,7 +356,7 @@ pub fn print_stats(out: &mut impl Write, view: &StatsView, json: bool) -> anyhow
         Some(ids) if ids.is_empty() => writeln!(out, "{:<24}none", "sealed")?,
         Some(ids) => {
             for (id, n) in ids {
-                writeln!(out, "{:<24}{n}", format!("sealed, key id {id}"))?;
+                writeln!(out, "{:<24}{n}", format!("sealed {id}"))?;
             }
         }
     }

@@ -15,8 +15,8 @@ use bytes::Bytes;
 use clap::Args;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use idemgate_core::admin::{
-    check_resolvable, resolve as resolve_record, AdminStore, Listing, NotResolvable,
-    OperatorOutcome, ResolveError, Resolved,
+    check_resolvable, resolve_sealed, AdminStore, Listing, NotResolvable, OperatorOutcome,
+    ResolveError, Resolved,
 };
 use idemgate_core::integrity::MAX_STORED_RESPONSE_BYTES;
 use idemgate_core::{IdempotencyRecord, RawRecord};
@@ -187,7 +187,15 @@ pub async fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
                       the operation again. Type yes: ";
         super::confirm(prompt, "resolve")?;
     }
-    let done = match resolve_record(&store, &seen, listing.now, &outcome, &by).await {
+    // Sealed with the gateways' keys, as they would store it (docs/security.md).
+    let keyring = super::keyring(&select.store)?;
+    let resolved = resolve_sealed(
+        &store,
+        &seen,
+        (listing.now, &outcome, &by),
+        keyring.as_ref(),
+    );
+    let done = match resolved.await {
         Ok(done) => done,
         Err(ResolveError::Changed) => bail!(
             "the record changed since it was shown (a gateway renewed, completed or took it \

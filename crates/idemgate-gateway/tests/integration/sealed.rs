@@ -156,6 +156,20 @@ async fn operator_sees_both_keys(dir: &Path, store: &str, (old, new): (&Path, &P
         format!("store = \"{store}\"\nencryption_key_files = {files}\n"),
     )
     .unwrap();
+    let text = crate::admin::idemgate(&config, &["stats"]).await;
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    for key in [old, new] {
+        let line = format!("sealed {}", id(key));
+        let count = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .unwrap_or("");
+        assert_eq!(count.trim(), "1", "{text}");
+        assert!(
+            count.starts_with(' '),
+            "the count is apart from the id: {text}"
+        );
+    }
     let stats = crate::admin::json(&config, &["stats"]).await;
     assert_eq!(stats["sealed_by_key_id"][id(old)], 1, "{stats}");
     assert_eq!(stats["sealed_by_key_id"][id(new)], 1, "{stats}");
@@ -238,6 +252,16 @@ async fn a_sealed_response_moved_to_another_record_is_corrupt() {
         .unwrap();
     assert_problem(retry, 500, "record-corrupt").await;
     assert_eq!(up.count(), 2, "not run again");
+    // The operator sees it as the gateways answer it.
+    let config = dir.path().join("ops.toml");
+    let text = format!(
+        "store = \"sqlite://{}\"\nencryption_key_files = [\"{}\"]\n",
+        path.display(),
+        file.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    let shown = crate::admin::json(&config, &["inspect", "--key", &to, "--show-body"]).await;
+    assert_eq!(shown["records"][0]["condition"], "corrupt", "{shown}");
 }
 
 #[tokio::test]
