@@ -41,6 +41,7 @@ struct Fields {
     body: Option<Vec<u8>>,
     replayable: Option<bool>,
     checksum: Option<Vec<u8>>,
+    sealed_by: Option<String>,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -65,6 +66,7 @@ enum Damage {
     Checksum(Option<Vec<u8>>),
     State(Option<String>),
     Principal(String),
+    SealedBy(Option<String>),
 }
 
 fuzz_target!(|input: Input| {
@@ -88,6 +90,7 @@ fn headers_round_trip(column: &[u8]) {
             headers,
             body: Bytes::new(),
             replayable: true,
+            sealed_by: None,
         };
         assert_eq!(
             again.encode_headers(),
@@ -114,6 +117,7 @@ fn any_record(f: Fields) {
         body: f.body.map(Bytes::from),
         replayable: f.replayable,
         checksum: f.checksum,
+        sealed_by: f.sealed_by,
     };
     let Ok(record) = raw.validate() else { return };
     assert!(record.fence >= 1);
@@ -146,6 +150,7 @@ fn sealed_record(r: Response, damage: &[Damage]) {
             Bytes::new()
         },
         replayable: r.replayable,
+        sealed_by: None,
     };
     let key = scoped("alice".into());
     let fingerprint = Fingerprint {
@@ -214,5 +219,6 @@ fn apply(raw: &mut RawRecord, d: &Damage) {
         Damage::Checksum(c) => raw.checksum = c.clone(),
         Damage::State(s) => raw.state = s.clone(),
         Damage::Principal(p) => raw.key.principal = p.clone(),
+        Damage::SealedBy(k) => raw.sealed_by = k.clone(),
     }
 }
