@@ -4,7 +4,9 @@
 //!
 //! - `POST /payments` with `{"amount": 1000, "currency": "EUR"}` → `201` with the charge,
 //!   `Location`, `ETag` and a `Set-Cookie`. `?delay_ms=N` makes the charge take N ms. A charge
-//!   runs to the end even if the client disconnects, like a real payment processor.
+//!   runs to the end even if the client disconnects, like a real payment processor. A body
+//!   with `"fail_status": 500` (any `5xx`) is answered with that status and charges nothing
+//!   (a processor that fails on request: for `idemgate probe --failing-body-file`).
 //! - `GET /payments/{id}` → the charge; `GET /ledger` → `{"charges": n, "total": sum}`.
 
 use std::future::Future;
@@ -47,6 +49,9 @@ impl Ledger {
 struct NewPayment {
     amount: u64,
     currency: String,
+    /// A `5xx` to answer instead of charging.
+    #[serde(default)]
+    fail_status: Option<u16>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,6 +80,12 @@ async fn create(
         )
             .into_response();
     };
+    if let Some(status) = p.fail_status.and_then(|s| StatusCode::from_u16(s).ok()) {
+        if status.is_server_error() {
+            let error = serde_json::json!({"error": "failed on request (fail_status)"});
+            return (status, Json(error)).into_response();
+        }
+    }
     // The charge runs in its own task: a client that hangs up does not undo it.
     let work = tokio::spawn(async move {
         if let Some(ms) = delay.delay_ms {

@@ -64,6 +64,9 @@ pub enum Command {
     /// Print the idempotency contract of the covered routes as OpenAPI, or add it to an API
     /// description (--merge).
     Openapi(crate::openapi::OpenapiArgs),
+    /// Check any API's Idempotency-Key behaviour from the outside: crafted requests to one
+    /// operation, a verdict per scenario (creates real resources: use a test environment).
+    Probe(Box<idemgate_probe::ProbeArgs>),
     /// Replay the incidents idemgate exists for, without and with the gateway.
     Demo,
     /// Run the example payments API alone (for trying the gateway by hand).

@@ -53,10 +53,15 @@ pub async fn main(demo: impl AsyncFnOnce(Command) -> anyhow::Result<()>) -> std:
     // The demo prints its own report; the gateway logs start-up and problems.
     let default_level = match cli.command {
         Command::Demo => "error",
+        Command::Probe(_) => "warn",
         _ => "info",
     };
     let _logging = logging::init(cli.log_format, default_level);
-    match dispatch(cli.command, demo).await {
+    let command = match cli.command {
+        Command::Probe(args) => return probe(*args).await,
+        command => command,
+    };
+    match dispatch(command, demo).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // Each cause once: many drivers repeat their cause in their own message.
@@ -100,7 +105,23 @@ async fn dispatch(
         Command::Stats(args) => admin::stats(args).await,
         Command::Openapi(args) => openapi::command(args),
         command @ (Command::Demo | Command::DemoApi { .. }) => demo(command).await,
+        Command::Probe(_) => anyhow::bail!("idemgate probe runs before the dispatch"),
     }
+}
+
+/// `idemgate probe`: its exit code is the probe's (0 passed, 1 a rule broken, 2 not run).
+async fn probe(args: idemgate_probe::ProbeArgs) -> std::process::ExitCode {
+    let tls = match args.url.starts_with("https:") {
+        false => None,
+        true => match tls::client_config(args.ca_file.as_deref()) {
+            Ok(config) => Some(config),
+            Err(e) => {
+                eprintln!("error: --ca-file: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        },
+    };
+    idemgate_probe::command(args, tls).await
 }
 
 /// Completes on Ctrl-C or `SIGTERM`, after logging that the process shuts down.

@@ -1,0 +1,247 @@
+//! `idemgate probe`'s command line ([`ProbeArgs`]) and what it resolves to ([`Options`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, Uri};
+
+/// Which rules are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// idemgate's contract (README "The contract", docs/errors.md): every scenario.
+    Idemgate,
+    /// draft-ietf-httpapi-idempotency-key-header-07: without the 8-128 key length, the key
+    /// syntax idemgate adds, JSON canonicalisation and idemgate's headers.
+    Ietf,
+}
+
+impl Profile {
+    /// `idemgate` or `ietf`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Idemgate => "idemgate",
+            Self::Ietf => "ietf",
+        }
+    }
+}
+
+/// `idemgate probe URL ...`: sends crafted requests to one operation of any HTTP API and
+/// reports, scenario by scenario, what it did and what the Idempotency-Key contract expects.
+///
+/// It creates real resources (every covered request may run the operation): point it at a
+/// test environment. Exit code 0 when every scenario the profile requires passed, 1 when one
+/// failed, 2 when the probe could not run (bad options, the target unreachable).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProbeArgs {
+    /// The operation's URL, e.g. http://127.0.0.1:8080/payments (http or https; the path
+    /// and query are sent as written).
+    pub url: String,
+    /// PEM file of the CA certificates an `https://` URL is checked against (default: the
+    /// system's roots).
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
+    /// The operation's method.
+    #[arg(long, short = 'X', default_value = "POST")]
+    pub method: String,
+    /// The request body (JSON for the canonicalisation scenarios; other bodies skip them).
+    #[arg(long)]
+    pub body_file: Option<PathBuf>,
+    /// A header field of every request, `Name: value` (repeatable): the caller's
+    /// credentials, `Content-Type` (default `application/json` with a body).
+    #[arg(long = "header", short = 'H')]
+    pub headers: Vec<String>,
+    /// A file of header fields, one `Name: value` per line (`#` comments): secrets kept
+    /// off the command line.
+    #[arg(long)]
+    pub header_file: Option<PathBuf>,
+    /// A header field that makes the request a second principal's (e.g. another user's
+    /// `Authorization`): replaces the field of that name. Without it the principal
+    /// scenarios are skipped.
+    #[arg(long)]
+    pub second_principal_header: Vec<String>,
+    /// Another operation's URL on the same API (same body and headers): the same key there
+    /// must not get this operation's answer. Skipped without it.
+    #[arg(long)]
+    pub second_url: Option<String>,
+    /// JSON Pointer (RFC 6901) to the created resource's id in the answer's body; without
+    /// it the `Location` field is the id. Two ids for one key mean the operation ran twice.
+    #[arg(long)]
+    pub id_pointer: Option<String>,
+    /// A request body the API answers with a 5xx (the 5xx scenario; skipped without it).
+    #[arg(long)]
+    pub failing_body_file: Option<PathBuf>,
+    /// The body size over which the API answers 413, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// The key lifetime the API advertises, e.g. 5s (the expiry scenario runs when it is 60 s
+    /// or less; skipped without it).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub key_lifetime: Option<Duration>,
+    /// Which rules are checked.
+    #[arg(long, value_enum, default_value_t = Profile::Idemgate)]
+    pub profile: Profile,
+    /// Print one JSON object (`passed`, `requests`, `scenarios`) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Duplicates sent at once in the concurrency scenario.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(2..=200))]
+    pub concurrency: u16,
+    /// Most requests sent in all; scenarios past it are reported as skipped.
+    #[arg(long, default_value_t = 200)]
+    pub max_requests: usize,
+}
+
+/// The operation under test and the run's bounds, resolved from [`ProbeArgs`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The target URL.
+    pub url: Uri,
+    /// The path and query of [`Self::url`], as written.
+    pub path: String,
+    /// The method.
+    pub method: Method,
+    /// The body.
+    pub body: Bytes,
+    /// Header fields of every request (without `Idempotency-Key`).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The fields that make a request the second principal's.
+    pub second_principal: Option<Vec<(HeaderName, HeaderValue)>>,
+    /// The path and query of `--second-url` (same host).
+    pub second_path: Option<String>,
+    /// JSON Pointer to the resource id.
+    pub id_pointer: Option<String>,
+    /// A body answered with a 5xx.
+    pub failing_body: Option<Bytes>,
+    /// The body limit in bytes.
+    pub max_body_bytes: usize,
+    /// The advertised key lifetime.
+    pub key_lifetime: Option<Duration>,
+    /// The rules checked.
+    pub profile: Profile,
+    /// Duplicates sent at once.
+    pub concurrency: usize,
+    /// Most requests sent.
+    pub max_requests: usize,
+}
+
+impl ProbeArgs {
+    /// The options, every file read.
+    ///
+    /// # Errors
+    /// A message naming the option at fault.
+    pub fn resolve(&self) -> anyhow::Result<Options> {
+        let url: Uri = self
+            .url
+            .parse()
+            .map_err(|e| anyhow::anyhow!("URL {}: {e}", self.url))?;
+        let path = path_of(&url);
+        let method = Method::from_bytes(self.method.as_bytes())
+            .map_err(|_| anyhow::anyhow!("--method {}: not a method", self.method))?;
+        let body = match &self.body_file {
+            Some(f) => read(f, "--body-file")?,
+            None => Bytes::new(),
+        };
+        let mut lines: Vec<(String, &str)> = self
+            .headers
+            .iter()
+            .map(|h| (h.clone(), "--header"))
+            .collect();
+        if let Some(f) = &self.header_file {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| anyhow::anyhow!("--header-file {}: {e}", f.display()))?;
+            let fields = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'));
+            lines.extend(fields.map(|l| (l.to_owned(), "--header-file")));
+        }
+        let mut headers = lines
+            .iter()
+            .map(|(l, opt)| field(l, opt))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if headers.iter().any(|(n, _)| n == crate::probe::KEY) {
+            anyhow::bail!("--header: Idempotency-Key is the probe's to send");
+        }
+        if !body.is_empty() && !headers.iter().any(|(n, _)| n == http::header::CONTENT_TYPE) {
+            let json = HeaderValue::from_static("application/json");
+            headers.push((http::header::CONTENT_TYPE, json));
+        }
+        let second_principal = match self.second_principal_header.is_empty() {
+            true => None,
+            false => Some(
+                self.second_principal_header
+                    .iter()
+                    .map(|l| field(l, "--second-principal-header"))
+                    .collect::<anyhow::Result<Vec<_>>>()?,
+            ),
+        };
+        let second_path = self
+            .second_url
+            .as_deref()
+            .map(|u| second(&url, u))
+            .transpose()?;
+        if let Some(p) = &self.id_pointer {
+            if !(p.is_empty() || p.starts_with('/')) {
+                anyhow::bail!("--id-pointer {p}: a JSON Pointer starts with / (RFC 6901)");
+            }
+        }
+        let failing_body = self
+            .failing_body_file
+            .as_ref()
+            .map(|f| read(f, "--failing-body-file"))
+            .transpose()?;
+        if self.max_requests == 0 {
+            anyhow::bail!("--max-requests: at least 1");
+        }
+        Ok(Options {
+            url,
+            path,
+            method,
+            body,
+            headers,
+            second_principal,
+            second_path,
+            id_pointer: self.id_pointer.clone(),
+            failing_body,
+            max_body_bytes: self.max_body_bytes,
+            key_lifetime: self.key_lifetime,
+            profile: self.profile,
+            concurrency: usize::from(self.concurrency),
+            max_requests: self.max_requests,
+        })
+    }
+}
+
+fn path_of(url: &Uri) -> String {
+    url.path_and_query()
+        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned())
+}
+
+fn second(url: &Uri, second: &str) -> anyhow::Result<String> {
+    let other: Uri = second
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--second-url {second}: {e}"))?;
+    if other.authority() != url.authority() || other.scheme() != url.scheme() {
+        anyhow::bail!("--second-url {second}: must be on the same scheme, host and port as URL");
+    }
+    Ok(path_of(&other))
+}
+
+fn read(file: &std::path::Path, option: &str) -> anyhow::Result<Bytes> {
+    std::fs::read(file)
+        .map(Bytes::from)
+        .map_err(|e| anyhow::anyhow!("{option} {}: {e}", file.display()))
+}
+
+/// `Name: value` as a header field.
+fn field(line: &str, option: &str) -> anyhow::Result<(HeaderName, HeaderValue)> {
+    let (name, value) = line
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("{option}: a field without `:` (expected `Name: value`)"))?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| anyhow::anyhow!("{option} {line:?}: {:?} is not a field name", name.trim()))?;
+    let value = HeaderValue::from_str(value.trim())
+        .map_err(|_| anyhow::anyhow!("{option} {name}: the value is not a field value"))?;
+    Ok((name, value))
+}

@@ -1,0 +1,159 @@
+//! What every scenario works with: the operation under test (its URL, method, body and
+//! headers), the request budget, fresh idempotency keys, and how an execution is told
+//! apart (the resource id in the answer).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+
+use crate::http::{Answer, Exchange, Request, Target};
+use crate::options::{Options, Profile};
+
+/// The header that carries the key (draft-ietf-httpapi-idempotency-key-header-07 §2).
+pub(crate) const KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// The operation under test and the state of one probe run.
+#[derive(Debug)]
+pub struct Probe {
+    pub(crate) target: Target,
+    pub(crate) opts: Options,
+    /// Requests sent so far.
+    sent: AtomicUsize,
+    /// Keys made so far.
+    keys: AtomicU64,
+    /// This run's part of every key, so that two runs never share one.
+    run: u64,
+}
+
+impl Probe {
+    /// A probe of `opts`'s operation through `target`.
+    pub fn new(target: Target, opts: Options) -> Self {
+        Self {
+            target,
+            opts,
+            sent: AtomicUsize::new(0),
+            keys: AtomicU64::new(0),
+            run: rand::random(),
+        }
+    }
+
+    /// The profile whose rules are checked.
+    pub fn profile(&self) -> Profile {
+        self.opts.profile
+    }
+
+    /// Requests sent so far.
+    pub fn sent(&self) -> usize {
+        self.sent.load(SeqCst)
+    }
+
+    /// Whether `cost` more requests stay within `--max-requests`.
+    pub fn affords(&self, cost: usize) -> bool {
+        self.sent() + cost <= self.opts.max_requests
+    }
+
+    /// A key no request of this or another run has used: `probe-<run>-<n>`, 27 characters.
+    pub fn key(&self) -> String {
+        let n = self.keys.fetch_add(1, SeqCst);
+        format!("probe-{:016x}-{n:04}", self.run)
+    }
+
+    /// The operation's request as the first principal, with `key` as an RFC 8941
+    /// `sf-string` (draft-07 §2), or without a key.
+    pub fn request(&self, key: Option<&str>) -> Request {
+        let mut headers = self.opts.headers.clone();
+        if let Some(key) = key {
+            headers.push((KEY, sf_string(key)));
+        }
+        Request {
+            method: self.opts.method.clone(),
+            path: self.opts.path.clone(),
+            headers,
+            body: self.opts.body.clone(),
+        }
+    }
+
+    /// [`Self::request`] with the raw `Idempotency-Key` field values given (none, one
+    /// malformed, two).
+    pub fn request_with_keys(&self, values: &[&[u8]]) -> Request {
+        let mut request = self.request(None);
+        for v in values {
+            let value = HeaderValue::from_bytes(v).expect("a probe key value is a header value");
+            request.headers.push((KEY, value));
+        }
+        request
+    }
+
+    /// [`Self::request`] as the second principal (`--second-principal-header`), or `None`
+    /// without one.
+    pub fn as_second(&self, key: &str) -> Option<Request> {
+        let second = self.opts.second_principal.as_ref()?;
+        let mut request = self.request(Some(key));
+        request
+            .headers
+            .retain(|(n, _)| !second.iter().any(|(m, _)| m == n));
+        request.headers.splice(0..0, second.iter().cloned());
+        Some(request)
+    }
+
+    /// Sends `request`, counted against the budget.
+    pub async fn send(&self, request: Request) -> Exchange {
+        self.sent.fetch_add(1, SeqCst);
+        self.target.send(request).await
+    }
+
+    /// Sends `request` and closes the connection `linger` after writing it.
+    pub async fn abandon(&self, request: &Request, linger: Duration) -> anyhow::Result<()> {
+        self.sent.fetch_add(1, SeqCst);
+        self.target.abandon(request, linger).await
+    }
+
+    /// The resource id of an answer: at `--id-pointer` in its JSON body, else its
+    /// `Location` field; `None` when it has neither.
+    pub fn id(&self, e: &Exchange) -> Option<String> {
+        let a = e.answer.as_ref().ok()?;
+        if let Some(pointer) = &self.opts.id_pointer {
+            let json: serde_json::Value = serde_json::from_slice(&a.body).ok()?;
+            return match json.pointer(pointer)? {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Null => None,
+                other => Some(other.to_string()),
+            };
+        }
+        let location = a.header("location");
+        (!location.is_empty()).then(|| location.to_owned())
+    }
+
+    /// Where a failure to find an id is explained: the option that sets it.
+    pub fn id_source(&self) -> String {
+        match &self.opts.id_pointer {
+            Some(p) => format!("the JSON body at {p} (--id-pointer)"),
+            None => "a Location field (or --id-pointer)".to_owned(),
+        }
+    }
+}
+
+/// `key` as an RFC 8941 `sf-string`.
+pub(crate) fn sf_string(key: &str) -> HeaderValue {
+    let escaped = key.replace('\\', "\\\\").replace('"', "\\\"");
+    HeaderValue::from_str(&format!("\"{escaped}\"")).expect("probe keys are visible ASCII")
+}
+
+/// Whether `a` is marked as a replay (`Idempotent-Replayed: true`).
+pub(crate) fn replayed(a: &Answer) -> bool {
+    a.header("idempotent-replayed").eq_ignore_ascii_case("true")
+}
+
+/// Whether `a`'s body was changed on purpose by the server's stored form
+/// (`Idempotent-Redacted` or `Idempotent-Body-Omitted`): such a replay conforms.
+pub(crate) fn stored_form_changed(a: &Answer) -> bool {
+    a.header("idempotent-redacted").eq_ignore_ascii_case("true")
+        || a.header("idempotent-body-omitted")
+            .eq_ignore_ascii_case("true")
+}
+
+/// Whether `status` is `2xx`.
+pub(crate) fn success(status: u16) -> bool {
+    (200..300).contains(&status)
+}

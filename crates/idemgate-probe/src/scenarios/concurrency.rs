@@ -1,0 +1,167 @@
+//! Duplicates at once and a client that leaves: one execution whatever the timing (README
+//! "The contract", `#request-in-flight`; draft-07 §2.7: `409` for a request still being
+//! processed).
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use super::replay::same_answer;
+use super::{scenario, Ietf, Scenario};
+use crate::http::Exchange;
+use crate::options::Profile;
+use crate::probe::{replayed, success, Probe};
+use crate::report::Verdict;
+
+/// Most retries of a request answered `409` while its first is in flight.
+const IN_FLIGHT_RETRIES: usize = 20;
+
+/// Longest wait between such retries, whatever `Retry-After` says.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+pub(crate) fn duplicates() -> Scenario {
+    let mut s = scenario!(
+        "concurrent-duplicates",
+        Required,
+        1,
+        at_once,
+        "N duplicates sent at once run once: one id; the others get 409 with Retry-After \
+         (problem+json) or the replay; a retry afterwards replays (draft-07 §2.7; contract \
+         #request-in-flight)"
+    );
+    s.per_duplicate = true;
+    s.ietf = Ietf::Required;
+    s
+}
+
+pub(crate) fn disconnect() -> Scenario {
+    scenario!(
+        "disconnect-then-retry",
+        Required,
+        IN_FLIGHT_RETRIES + 2,
+        left,
+        "A client that sends a request and closes the connection before the answer, then \
+         retries, gets the first execution's answer (after 409s while it runs): one id \
+         (contract; the seed incident of a client timing out)"
+    )
+}
+
+async fn at_once(p: &Probe) -> Verdict {
+    let key = p.key();
+    let sends = (0..p.opts.concurrency).map(|_| p.send(p.request(Some(&key))));
+    let answers = join_all(sends).await;
+    let mut ids: Vec<(String, &Exchange)> = Vec::new();
+    for e in &answers {
+        if let Some(id) = p.id(e) {
+            if !ids.iter().any(|(known, _)| *known == id) {
+                ids.push((id, e));
+            }
+            continue;
+        }
+        if let Err(v) = in_flight(p, e) {
+            return v;
+        }
+    }
+    if ids.len() > 1 {
+        let list: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
+        let shown: Vec<&Exchange> = ids.iter().take(2).map(|(_, e)| *e).collect();
+        let why = format!("ran {} times: one key, ids {}", ids.len(), list.join(", "));
+        return Verdict::failed(why, &shown);
+    }
+    let Some((id, e)) = ids.first() else {
+        return Verdict::failed("no duplicate was answered with an id", &[&answers[0]]);
+    };
+    let after = p.send(p.request(Some(&key))).await;
+    if let Err(v) = same_answer(p, id, e, &after) {
+        return v;
+    }
+    let conflicts = answers.iter().filter(|e| e.status() == 409).count();
+    let replays = answers.len() - conflicts - 1;
+    Verdict::Passed(format!(
+        "{} at once: one id ({id}), {conflicts} answered 409, {replays} replayed",
+        answers.len()
+    ))
+}
+
+/// A failure unless `e` is a `409` with `Retry-After` (and problem+json under the idemgate
+/// profile): a duplicate answered while the first runs.
+fn in_flight(p: &Probe, e: &Exchange) -> Result<(), Verdict> {
+    let Ok(a) = &e.answer else {
+        return Err(Verdict::failed("a duplicate got no answer", &[e]));
+    };
+    if a.status != 409 {
+        let why = format!(
+            "a duplicate was answered {} without an id: expected 409 or the replay",
+            a.status
+        );
+        return Err(Verdict::failed(why, &[e]));
+    }
+    if a.header("retry-after").is_empty() {
+        return Err(Verdict::failed("a 409 without Retry-After", &[e]));
+    }
+    if p.profile() == Profile::Idemgate && !a.is_problem() {
+        return Err(Verdict::failed(
+            "a 409 without application/problem+json",
+            &[e],
+        ));
+    }
+    Ok(())
+}
+
+/// Sends the key's request until it is not answered `409` (waiting `Retry-After`, at most
+/// [`MAX_BACKOFF`]), at most [`IN_FLIGHT_RETRIES`] times.
+async fn settled(p: &Probe, key: &str) -> Exchange {
+    let mut e = p.send(p.request(Some(key))).await;
+    for _ in 1..IN_FLIGHT_RETRIES {
+        if e.status() != 409 {
+            break;
+        }
+        let after = e
+            .answer
+            .as_ref()
+            .ok()
+            .and_then(|a| a.header("retry-after").parse().ok());
+        tokio::time::sleep(
+            after
+                .map_or(MAX_BACKOFF, Duration::from_secs)
+                .min(MAX_BACKOFF),
+        )
+        .await;
+        e = p.send(p.request(Some(key))).await;
+    }
+    e
+}
+
+async fn left(p: &Probe) -> Verdict {
+    let key = p.key();
+    if let Err(e) = p.abandon(&p.request(Some(&key)), Duration::ZERO).await {
+        return Verdict::Failed(format!("could not send the request: {e:#}"), Vec::new());
+    }
+    // The abandoned request reaches the server before its retry.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let retry = settled(p, &key).await;
+    if !success(retry.status()) {
+        let why = format!(
+            "the retry after a disconnect was answered {}",
+            retry.status()
+        );
+        return Verdict::failed(why, &[&retry]);
+    }
+    let Some(id) = p.id(&retry) else {
+        return Verdict::failed(
+            format!("the retry has no id in {}", p.id_source()),
+            &[&retry],
+        );
+    };
+    let again = p.send(p.request(Some(&key))).await;
+    if let Err(v) = same_answer(p, &id, &retry, &again) {
+        return v;
+    }
+    let marked = retry.answer.as_ref().is_ok_and(replayed);
+    if p.profile() == Profile::Idemgate && !marked {
+        let why = "the first retry after the disconnect ran the operation (not a replay of \
+                   the abandoned request): ran twice";
+        return Verdict::failed(why, &[&retry, &again]);
+    }
+    Verdict::Passed(format!("the retries replayed {id}"))
+}

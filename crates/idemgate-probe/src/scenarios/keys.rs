@@ -1,0 +1,245 @@
+//! The baseline and the key's syntax: a key is required, 8–128 printable ASCII characters
+//! as an RFC 8941 `sf-string` or bare, one per request (README "The contract",
+//! `#missing-key`, `#invalid-key`; draft-07 §2.1 and §2.7).
+
+use super::{first as first_of, refused, scenario, Scenario, FIRST};
+use crate::options::Profile;
+use crate::probe::{replayed, Probe};
+use crate::report::Verdict;
+
+/// The baseline: a keyed request runs and answers with an id.
+pub(crate) fn first() -> Scenario {
+    let mut s = scenario!(
+        "first-request",
+        Required,
+        1,
+        baseline,
+        "A keyed request runs the operation once and answers 2xx with the resource's id \
+         (--id-pointer or Location), not marked as a replay"
+    );
+    s.name = FIRST;
+    s
+}
+
+pub(crate) fn all() -> Vec<Scenario> {
+    vec![
+        scenario!(
+            "key-required",
+            Required,
+            1,
+            missing,
+            "A request without Idempotency-Key is refused with 400 and does not run \
+             (draft-07 §2.7; contract #missing-key, problem+json)"
+        ),
+        scenario!(
+            "problem-details",
+            Advisory,
+            1,
+            problem_details,
+            "An error answer is RFC 9457 problem details: application/problem+json with \
+             type, title and a status member equal to the HTTP status (draft-07 §2.7)"
+        ),
+        scenario!(
+            "key-too-short",
+            NotARule,
+            1,
+            too_short,
+            "A key under 8 characters is refused with 400 (contract #invalid-key)"
+        ),
+        scenario!(
+            "key-too-long",
+            NotARule,
+            1,
+            too_long,
+            "A key over 128 characters is refused with 400 (contract #invalid-key)"
+        ),
+        scenario!(
+            "key-length-bounds",
+            NotARule,
+            2,
+            bounds,
+            "Keys of exactly 8 and 128 characters are accepted, each its own execution"
+        ),
+        scenario!(
+            "key-forms",
+            NotARule,
+            2,
+            forms,
+            "A key as an sf-string (\"k\") and bare (k) is the same key: the bare retry \
+             replays (draft-07 §2.1; contract)"
+        ),
+        scenario!(
+            "key-empty",
+            Advisory,
+            1,
+            empty,
+            "An empty key (\"\") is refused with 400 (contract #invalid-key)"
+        ),
+        scenario!(
+            "key-not-printable",
+            NotARule,
+            2,
+            not_printable,
+            "A key with a tab or a byte over 0x7e is refused with 400 (contract #invalid-key)"
+        ),
+        scenario!(
+            "two-keys",
+            Advisory,
+            2,
+            two,
+            "Two Idempotency-Key fields, or two keys in one field, are refused with 400: \
+             the server cannot know which the client meant (contract #invalid-key)"
+        ),
+    ]
+}
+
+async fn baseline(p: &Probe) -> Verdict {
+    let key = p.key();
+    let (e, id) = match first_of(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let a = e.answer.as_ref().expect("a 2xx answer");
+    if p.profile() == Profile::Idemgate && replayed(a) {
+        return Verdict::failed("a first request is marked Idempotent-Replayed", &[&e]);
+    }
+    Verdict::Passed(format!("{} with id {id}", a.status))
+}
+
+async fn missing(p: &Probe) -> Verdict {
+    let e = p.send(p.request(None)).await;
+    refused(p, &e, &[400], "without a key")
+}
+
+async fn problem_details(p: &Probe) -> Verdict {
+    let e = p.send(p.request(None)).await;
+    let Ok(a) = &e.answer else {
+        return Verdict::failed("no answer", &[&e]);
+    };
+    if !(400..600).contains(&a.status) {
+        return Verdict::Skipped(format!("a request without a key was answered {}", a.status));
+    }
+    let json: Option<serde_json::Value> = serde_json::from_slice(&a.body).ok();
+    let member = |m: &str| json.as_ref().and_then(|j| j.get(m)).cloned();
+    let shaped = a.is_problem()
+        && member("type").is_some_and(|t| t.is_string())
+        && member("title").is_some_and(|t| t.is_string())
+        && member("status") == Some(serde_json::Value::from(a.status));
+    match shaped {
+        true => Verdict::Passed(format!("{}: type, title and status", a.status)),
+        false => Verdict::failed(
+            format!(
+                "the {} is not problem+json with type, title and status {}",
+                a.status, a.status
+            ),
+            &[&e],
+        ),
+    }
+}
+
+async fn too_short(p: &Probe) -> Verdict {
+    let key = &p.key()[..7];
+    let e = p.send(p.request(Some(key))).await;
+    refused(p, &e, &[400], "a 7-character key")
+}
+
+async fn too_long(p: &Probe) -> Verdict {
+    let key = format!("{:x<129}", p.key());
+    let e = p.send(p.request(Some(&key))).await;
+    refused(p, &e, &[400], "a 129-character key")
+}
+
+async fn bounds(p: &Probe) -> Verdict {
+    let short = format!("{:08x}", rand::random::<u32>());
+    let long = format!("{:x<128}", p.key());
+    let (e8, id8) = match first_of(p, &short).await {
+        Ok(found) => found,
+        Err(v) => return with("an 8-character key", v),
+    };
+    let (e128, id128) = match first_of(p, &long).await {
+        Ok(found) => found,
+        Err(v) => return with("a 128-character key", v),
+    };
+    if id8 == id128 {
+        let why =
+            format!("two keys answered with one id ({id8}): ids do not tell executions apart");
+        return Verdict::failed(why, &[&e8, &e128]);
+    }
+    Verdict::Passed(format!("ids {id8} and {id128}"))
+}
+
+async fn forms(p: &Probe) -> Verdict {
+    let key = p.key();
+    let (e, id) = match first_of(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let retry = p.send(p.request_with_keys(&[key.as_bytes()])).await;
+    match p.id(&retry) {
+        Some(other) if other == id => Verdict::Passed(format!("the bare retry replayed {id}")),
+        Some(other) => Verdict::failed(
+            format!("ran twice: \"{key}\" and {key} gave ids {id} and {other}"),
+            &[&e, &retry],
+        ),
+        None => Verdict::failed(
+            format!(
+                "the bare form of the key was answered {} without the first's id",
+                retry.status()
+            ),
+            &[&e, &retry],
+        ),
+    }
+}
+
+async fn empty(p: &Probe) -> Verdict {
+    let e = p.send(p.request_with_keys(&[b"\"\""])).await;
+    refused(p, &e, &[400], "an empty key")
+}
+
+async fn not_printable(p: &Probe) -> Verdict {
+    let tab = format!("\"{}\t\"", p.key());
+    let e = p.send(p.request_with_keys(&[tab.as_bytes()])).await;
+    if let v @ Verdict::Failed(..) = refused(p, &e, &[400], "a key with a tab") {
+        return v;
+    }
+    let mut high = format!("\"{}", p.key()).into_bytes();
+    high.extend_from_slice(b"\xe9\"");
+    let e = p.send(p.request_with_keys(&[&high])).await;
+    with_passed(
+        refused(p, &e, &[400], "a key with byte 0xe9"),
+        "a tab and 0xe9 refused",
+    )
+}
+
+async fn two(p: &Probe) -> Verdict {
+    let (a, b) = (p.key(), p.key());
+    let fields = [format!("\"{a}\""), format!("\"{b}\"")];
+    let e = p
+        .send(p.request_with_keys(&[fields[0].as_bytes(), fields[1].as_bytes()]))
+        .await;
+    if let v @ Verdict::Failed(..) = refused(p, &e, &[400], "two Idempotency-Key fields") {
+        return v;
+    }
+    let list = format!("\"{}\", \"{}\"", p.key(), p.key());
+    let e = p.send(p.request_with_keys(&[list.as_bytes()])).await;
+    with_passed(
+        refused(p, &e, &[400], "two keys in one field"),
+        "both refused with 400",
+    )
+}
+
+/// `v` with `what` before its first line.
+fn with(what: &str, v: Verdict) -> Verdict {
+    match v {
+        Verdict::Failed(d, e) => Verdict::Failed(format!("{what}: {d}"), e),
+        other => other,
+    }
+}
+
+/// `v`, or `detail` when it passed.
+fn with_passed(v: Verdict, detail: &str) -> Verdict {
+    match v {
+        Verdict::Passed(_) => Verdict::Passed(detail.to_owned()),
+        other => other,
+    }
+}

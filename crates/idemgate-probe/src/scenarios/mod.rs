@@ -1,0 +1,196 @@
+//! The scenarios: each sends a few crafted requests with keys of its own and judges the
+//! answers against one rule of the contract. An execution is told apart by the resource id
+//! in the answer ([`Probe::id`]): two ids for one key mean the operation ran twice.
+
+use futures_util::future::BoxFuture;
+
+use crate::http::Exchange;
+use crate::options::Profile;
+use crate::probe::{success, Probe};
+use crate::report::{ScenarioReport, Verdict};
+
+mod concurrency;
+mod edges;
+mod keys;
+mod replay;
+mod scope;
+
+/// How the `ietf` profile (draft-07) treats a scenario; the `idemgate` profile requires
+/// every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ietf {
+    /// A rule of the draft: a failure fails the probe.
+    Required,
+    /// Good practice the draft does not demand: run and reported, never failing the probe.
+    Advisory,
+    /// Not a rule of the draft (idemgate's key syntax, JSON canonicalisation): skipped.
+    NotARule,
+}
+
+/// A scenario's run.
+pub type Run = fn(&Probe) -> BoxFuture<'_, Verdict>;
+
+/// One scenario.
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    /// Its name, e.g. `replay-same-request`.
+    pub name: &'static str,
+    /// The rule it checks and its source.
+    pub rule: &'static str,
+    /// How `--profile ietf` treats it.
+    pub ietf: Ietf,
+    /// Most requests it sends (for `concurrency`, per duplicate sent at once: see
+    /// [`Scenario::cost`]).
+    cost: usize,
+    /// Whether `cost` is per duplicate of the concurrency scenario.
+    per_duplicate: bool,
+    run: Run,
+}
+
+impl Scenario {
+    /// Most requests it sends under `probe`'s options.
+    pub fn cost(&self, probe: &Probe) -> usize {
+        match self.per_duplicate {
+            true => self.cost * probe.opts.concurrency + 1,
+            false => self.cost,
+        }
+    }
+}
+
+/// A scenario of `cost` requests at most.
+macro_rules! scenario {
+    ($name:literal, $ietf:ident, $cost:expr, $f:path, $rule:literal) => {{
+        fn run(
+            p: &crate::probe::Probe,
+        ) -> futures_util::future::BoxFuture<'_, crate::report::Verdict> {
+            Box::pin($f(p))
+        }
+        $crate::scenarios::Scenario {
+            name: $name,
+            rule: $rule,
+            ietf: $crate::scenarios::Ietf::$ietf,
+            cost: $cost,
+            per_duplicate: false,
+            run,
+        }
+    }};
+}
+pub(crate) use scenario;
+
+/// Every scenario, in the order run. The first ([`FIRST`]) is the baseline: when the API
+/// does not answer a keyed request with `2xx` and an id, nothing else can be judged.
+pub fn all() -> Vec<Scenario> {
+    let mut all = vec![keys::first()];
+    all.extend(keys::all());
+    all.extend(replay::all());
+    all.push(concurrency::duplicates());
+    all.push(concurrency::disconnect());
+    all.extend(scope::all());
+    all.extend(edges::all());
+    all
+}
+
+/// The baseline scenario's name.
+pub const FIRST: &str = "first-request";
+
+/// Runs `scenarios` against `probe`, telling `progress` each one's name before it runs.
+pub async fn run(
+    probe: &Probe,
+    scenarios: &[Scenario],
+    progress: impl Fn(&str),
+) -> Vec<ScenarioReport> {
+    let mut reports = Vec::with_capacity(scenarios.len());
+    let mut baseline: Option<String> = None;
+    for s in scenarios {
+        progress(s.name);
+        let required = match probe.profile() {
+            Profile::Idemgate => true,
+            Profile::Ietf => s.ietf == Ietf::Required,
+        };
+        let verdict = if probe.profile() == Profile::Ietf && s.ietf == Ietf::NotARule {
+            Verdict::Skipped("not a rule of draft-07 (--profile ietf)".into())
+        } else if let Some(why) = &baseline {
+            Verdict::Skipped(format!("{FIRST} failed: {why}"))
+        } else if !probe.affords(s.cost(probe)) {
+            Verdict::Skipped(format!(
+                "needs up to {} requests, past --max-requests ({} sent)",
+                s.cost(probe),
+                probe.sent()
+            ))
+        } else {
+            (s.run)(probe).await
+        };
+        if s.name == FIRST {
+            if let Verdict::Failed(why, _) = &verdict {
+                baseline = Some(why.lines().next().unwrap_or("").to_owned());
+            }
+        }
+        reports.push(ScenarioReport::new(s.name, s.rule, required, verdict));
+    }
+    reports
+}
+
+/// The first request of a new key: `2xx` with an id, or the failure that says why not.
+pub(crate) async fn first(p: &Probe, key: &str) -> Result<(Exchange, String), Verdict> {
+    let e = p.send(p.request(Some(key))).await;
+    if !success(e.status()) {
+        let why = format!(
+            "the first request of a new key was answered {}: expected 2xx",
+            e.status()
+        );
+        return Err(Verdict::failed(why, &[&e]));
+    }
+    match p.id(&e) {
+        Some(id) => Ok((e, id)),
+        None => {
+            let why = format!(
+                "the first request of a new key has no id in {}",
+                p.id_source()
+            );
+            Err(Verdict::failed(why, &[&e]))
+        }
+    }
+}
+
+/// A failure when `e` holds an id other than `first`'s: the operation ran twice.
+pub(crate) fn ran_twice(
+    p: &Probe,
+    id: &str,
+    first: &Exchange,
+    e: &Exchange,
+) -> Result<(), Verdict> {
+    match p.id(e) {
+        Some(other) if other != id => Err(Verdict::failed(
+            format!("ran twice: one key, ids {id} and {other}"),
+            &[first, e],
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A failure unless `e` was refused with `status` (`4xx`) without running: no id, and
+/// under the idemgate profile an `application/problem+json` body (RFC 9457).
+pub(crate) fn refused(p: &Probe, e: &Exchange, statuses: &[u16], what: &str) -> Verdict {
+    let Ok(a) = &e.answer else {
+        return Verdict::failed(format!("{what}: no answer"), &[e]);
+    };
+    if let Some(id) = p.id(e) {
+        return Verdict::failed(
+            format!("{what}: ran (id {id}), expected {statuses:?}"),
+            &[e],
+        );
+    }
+    if !statuses.contains(&a.status) {
+        return Verdict::failed(
+            format!("{what}: answered {}, expected {statuses:?}", a.status),
+            &[e],
+        );
+    }
+    if p.profile() == Profile::Idemgate && !a.is_problem() {
+        return Verdict::failed(
+            format!("{what}: {} without application/problem+json", a.status),
+            &[e],
+        );
+    }
+    Verdict::Passed(format!("{what}: {}", a.status))
+}

@@ -1,0 +1,228 @@
+//! Replays: the same request gets the first answer back without running again; another
+//! body under the same key is refused; the same JSON in another member order or whitespace
+//! is the same request (README "The contract"; draft-07 §2.6, §2.7).
+
+use super::{first, ran_twice, refused, scenario, Scenario};
+use crate::http::{Answer, Exchange};
+use crate::probe::{replayed, stored_form_changed, Probe};
+use crate::report::Verdict;
+
+mod json;
+
+pub(crate) fn all() -> Vec<Scenario> {
+    vec![
+        scenario!(
+            "replay-same-request",
+            Required,
+            3,
+            same_request,
+            "The same key and request, sent again (twice), get the first answer back: its \
+             status, body and id, without running again (draft-07 §2.6; contract)"
+        ),
+        scenario!(
+            "replay-marker",
+            NotARule,
+            2,
+            marker,
+            "A replay carries Idempotent-Replayed: true, the first answer does not (contract)"
+        ),
+        scenario!(
+            "replay-headers",
+            Required,
+            2,
+            headers,
+            "A replay carries the first answer's Content-Type and Location (contract: stored \
+             status, headers and body)"
+        ),
+        scenario!(
+            "other-key-runs-again",
+            Required,
+            2,
+            other_key,
+            "The same request under a new key is a new operation: a new id (else ids cannot \
+             tell executions apart and the other scenarios prove nothing)"
+        ),
+        scenario!(
+            "fingerprint-mismatch",
+            Required,
+            3,
+            mismatch,
+            "The same key with another body is refused with 422 (or 400) and does not run; \
+             the key's first answer is untouched (draft-07 §2.7; contract, problem+json)"
+        ),
+        scenario!(
+            "json-member-order",
+            NotARule,
+            2,
+            json::member_order,
+            "The same JSON body with its members in another order is the same request: \
+             replayed (contract: JSON compared in RFC 8785 canonical form)"
+        ),
+        scenario!(
+            "json-whitespace",
+            NotARule,
+            2,
+            json::whitespace,
+            "The same JSON body with other whitespace is the same request: replayed \
+             (contract: JSON compared in RFC 8785 canonical form)"
+        ),
+    ]
+}
+
+async fn same_request(p: &Probe) -> Verdict {
+    let key = p.key();
+    let (e, id) = match first(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    for n in 1..=2 {
+        let retry = p.send(p.request(Some(&key))).await;
+        if let Err(v) = same_answer(p, &id, &e, &retry) {
+            return with_retry(n, v);
+        }
+    }
+    Verdict::Passed(format!("two retries replayed {} with id {id}", e.status()))
+}
+
+/// A failure unless `retry` is `first`'s answer again: its status, its id, and its body
+/// (or a body the server's stored form changed on purpose, marked so).
+pub(crate) fn same_answer(
+    p: &Probe,
+    id: &str,
+    first: &Exchange,
+    retry: &Exchange,
+) -> Result<(), Verdict> {
+    ran_twice(p, id, first, retry)?;
+    let (Ok(a), Ok(b)) = (&first.answer, &retry.answer) else {
+        return Err(Verdict::failed("the retry got no answer", &[first, retry]));
+    };
+    if a.status != b.status {
+        let why = format!(
+            "the retry was answered {}, the first {}",
+            b.status, a.status
+        );
+        return Err(Verdict::failed(why, &[first, retry]));
+    }
+    if a.body != b.body && !stored_form_changed(b) {
+        return Err(Verdict::failed(
+            "the retry's body differs from the first's",
+            &[first, retry],
+        ));
+    }
+    if p.id(retry).is_none() && !stored_form_changed(b) {
+        return Err(Verdict::failed("the retry has no id", &[first, retry]));
+    }
+    Ok(())
+}
+
+fn with_retry(n: usize, v: Verdict) -> Verdict {
+    match v {
+        Verdict::Failed(d, e) => Verdict::Failed(format!("retry {n}: {d}"), e),
+        other => other,
+    }
+}
+
+async fn marker(p: &Probe) -> Verdict {
+    let key = p.key();
+    let (e, id) = match first(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let retry = p.send(p.request(Some(&key))).await;
+    if let Err(v) = same_answer(p, &id, &e, &retry) {
+        return v;
+    }
+    let (Ok(a), Ok(b)) = (&e.answer, &retry.answer) else {
+        unreachable!("checked")
+    };
+    match (replayed(a), replayed(b)) {
+        (false, true) => Verdict::Passed("the replay alone is marked".into()),
+        (true, _) => Verdict::failed("the first answer is marked Idempotent-Replayed", &[&e]),
+        (false, false) => {
+            Verdict::failed("the replay lacks Idempotent-Replayed: true", &[&e, &retry])
+        }
+    }
+}
+
+async fn headers(p: &Probe) -> Verdict {
+    let key = p.key();
+    let (e, id) = match first(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let retry = p.send(p.request(Some(&key))).await;
+    if let Err(v) = same_answer(p, &id, &e, &retry) {
+        return v;
+    }
+    let (Ok(a), Ok(b)) = (&e.answer, &retry.answer) else {
+        unreachable!("checked")
+    };
+    let differ: Vec<&str> = ["content-type", "location"]
+        .into_iter()
+        .filter(|n| field(a, n) != field(b, n))
+        .collect();
+    match differ.is_empty() {
+        true => Verdict::Passed("Content-Type and Location equal".into()),
+        false => Verdict::failed(
+            format!("the replay's {} differ", differ.join(" and ")),
+            &[&e, &retry],
+        ),
+    }
+}
+
+fn field<'a>(a: &'a Answer, name: &str) -> Vec<&'a [u8]> {
+    a.headers
+        .get_all(name)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect()
+}
+
+async fn other_key(p: &Probe) -> Verdict {
+    let (one, two) = (p.key(), p.key());
+    let (e1, id1) = match first(p, &one).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let (e2, id2) = match first(p, &two).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    match id1 == id2 {
+        true => Verdict::failed(
+            format!("two keys answered with one id ({id1}): ids do not tell executions apart"),
+            &[&e1, &e2],
+        ),
+        false => Verdict::Passed(format!("ids {id1} and {id2}")),
+    }
+}
+
+async fn mismatch(p: &Probe) -> Verdict {
+    let key = p.key();
+    let (e, id) = match first(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let mut other = p.request(Some(&key));
+    other.body = json::changed(&other.body);
+    let changed = p.send(other).await;
+    if let Err(v) = ran_twice(p, &id, &e, &changed) {
+        return v;
+    }
+    if p.id(&changed).as_deref() == Some(id.as_str()) {
+        let why = "another body under the key got the first answer back (the body was ignored)";
+        return Verdict::failed(why, &[&e, &changed]);
+    }
+    let verdict = refused(p, &changed, &[422, 400], "another body under the key");
+    if matches!(verdict, Verdict::Failed(..)) {
+        return verdict;
+    }
+    let again = p.send(p.request(Some(&key))).await;
+    if let Err(v) = same_answer(p, &id, &e, &again) {
+        return with_retry(1, v);
+    }
+    Verdict::Passed(format!(
+        "refused with {}; the first answer still replays",
+        changed.status()
+    ))
+}

@@ -1,0 +1,128 @@
+//! Other spellings of the operation's JSON body: its top-level members in another order,
+//! other whitespace, and a changed value (for the mismatch scenario).
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::Value;
+
+use super::super::{first, ran_twice};
+use super::same_answer;
+use crate::probe::Probe;
+use crate::report::Verdict;
+
+/// A JSON object's members in the order written.
+struct Members(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Ordered;
+        impl<'de> Visitor<'de> for Ordered {
+            type Value = Members;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(Ordered)
+    }
+}
+
+impl Members {
+    fn parse(body: &[u8]) -> Option<Self> {
+        serde_json::from_slice(body).ok()
+    }
+
+    /// The object with `sep` after each `:` and `,`, members in this order.
+    fn write(&self, sep: &str) -> Bytes {
+        let members: Vec<String> = self
+            .0
+            .iter()
+            .map(|(k, v)| format!("{}:{sep}{v}", Value::String(k.clone())))
+            .collect();
+        let (open, close) = match sep {
+            "" => ("{", "}"),
+            _ => ("{\n  ", "\n}\n"),
+        };
+        format!("{open}{}{close}", members.join(&format!(",{sep}"))).into()
+    }
+}
+
+/// The body with one value changed: the first top-level number plus one, else a member
+/// added; a body that is not a JSON object gets bytes appended.
+pub(crate) fn changed(body: &Bytes) -> Bytes {
+    let Some(mut m) = Members::parse(body) else {
+        return match body.is_empty() {
+            true => Bytes::from_static(b"{\"idemgate_probe_changed\":true}"),
+            false => [&body[..], b" probe"].concat().into(),
+        };
+    };
+    let number = m.0.iter_mut().find_map(|(_, v)| v.as_u64().map(|n| (v, n)));
+    match number {
+        Some((v, n)) => *v = Value::from(n.wrapping_add(1)),
+        None => {
+            m.0.push(("idemgate_probe_changed".into(), Value::Bool(true)))
+        }
+    }
+    m.write("")
+}
+
+async fn spelled(p: &Probe, spell: fn(&Members, &[u8]) -> Option<Bytes>, what: &str) -> Verdict {
+    let Some(other) = Members::parse(&p.opts.body).and_then(|m| spell(&m, &p.opts.body)) else {
+        return Verdict::Skipped(format!("the body is not a JSON object {what}"));
+    };
+    let key = p.key();
+    let (e, id) = match first(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let mut retry = p.request(Some(&key));
+    retry.body = other;
+    let retry = p.send(retry).await;
+    if let Err(v) = ran_twice(p, &id, &e, &retry) {
+        return v;
+    }
+    match same_answer(p, &id, &e, &retry) {
+        Ok(()) => Verdict::Passed(format!("replayed {id}")),
+        Err(Verdict::Failed(d, ex)) => Verdict::Failed(format!("another spelling: {d}"), ex),
+        Err(v) => v,
+    }
+}
+
+pub(crate) async fn member_order(p: &Probe) -> Verdict {
+    spelled(
+        p,
+        |m, _| {
+            (m.0.len() >= 2).then(|| {
+                let mut reversed = Members(m.0.clone());
+                reversed.0.reverse();
+                reversed.write("")
+            })
+        },
+        "with two members or more",
+    )
+    .await
+}
+
+pub(crate) async fn whitespace(p: &Probe) -> Verdict {
+    spelled(
+        p,
+        |m, body| {
+            let spaced = m.write(" ");
+            Some(if spaced[..] == *body {
+                m.write("")
+            } else {
+                spaced
+            })
+        },
+        "",
+    )
+    .await
+}

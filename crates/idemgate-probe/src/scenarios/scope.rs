@@ -1,0 +1,210 @@
+//! The key's scope: another principal, another operation and other spellings of the same
+//! path never share an answer, and never run a keyed operation a second time (README "The
+//! contract": records are scoped to principal, route and key; `#ambiguous-path`).
+
+use super::replay::same_answer;
+use super::{first, ran_twice, scenario, Scenario};
+use crate::http::Exchange;
+use crate::probe::{success, Probe};
+use crate::report::Verdict;
+
+pub(crate) fn all() -> Vec<Scenario> {
+    vec![
+        scenario!(
+            "second-principal",
+            Required,
+            3,
+            second_principal,
+            "The same key from a second principal is its own execution (its own id, never \
+             the first principal's answer), and its retry replays its own (contract: records \
+             scoped to principal, route and key)"
+        ),
+        scenario!(
+            "second-route",
+            Required,
+            2,
+            second_route,
+            "The same key on another operation (--second-url) never gets this operation's \
+             answer (contract: records scoped to the route)"
+        ),
+        scenario!(
+            "path-double-slash",
+            Advisory,
+            2,
+            double_slash,
+            "The retry spelled with a doubled slash (//x) replays or is refused with 4xx, \
+             never runs again (contract #ambiguous-path)"
+        ),
+        scenario!(
+            "path-escaped-letter",
+            Advisory,
+            2,
+            escaped,
+            "The retry with a letter of its path percent-escaped (%61 for a) replays or is \
+             refused with 4xx, never runs again (contract #ambiguous-path)"
+        ),
+        scenario!(
+            "path-trailing-slash",
+            Advisory,
+            2,
+            trailing,
+            "The retry with a trailing slash added (or removed) replays or is refused with \
+             4xx, never runs again (contract #ambiguous-path)"
+        ),
+        scenario!(
+            "method-letter-case",
+            Advisory,
+            2,
+            method_case,
+            "The retry with its method in lower case (post) replays or is refused with 4xx, \
+             never runs again: methods are case-sensitive (RFC 9110 §9.1; contract \
+             #ambiguous-request)"
+        ),
+    ]
+}
+
+async fn method_case(p: &Probe) -> Verdict {
+    let lower = p.opts.method.as_str().to_ascii_lowercase();
+    let Ok(method) = http::Method::from_bytes(lower.as_bytes()) else {
+        return Verdict::Skipped("the method has no lower-case spelling".into());
+    };
+    if method == p.opts.method {
+        return Verdict::Skipped("the method is already in lower case".into());
+    }
+    let key = p.key();
+    let (e, id) = match first(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let mut request = p.request(Some(&key));
+    request.method = method;
+    let retry = p.send(request).await;
+    if let Err(v) = ran_twice(p, &id, &e, &retry) {
+        return v;
+    }
+    match (p.id(&retry), retry.status()) {
+        (Some(_), _) => Verdict::Passed(format!("{lower}: replayed {id}")),
+        (None, s @ 400..=499) => Verdict::Passed(format!("{lower}: refused with {s}")),
+        (None, s) => refused_badly(&lower, s, &e, &retry),
+    }
+}
+
+async fn second_principal(p: &Probe) -> Verdict {
+    let key = p.key();
+    let Some(request) = p.as_second(&key) else {
+        return Verdict::Skipped("no --second-principal-header".into());
+    };
+    let (e, id) = match first(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let other = p.send(request.clone()).await;
+    let other_id = p.id(&other);
+    let same_body =
+        other.answer.as_ref().ok().map(|a| &a.body) == e.answer.as_ref().ok().map(|a| &a.body);
+    if other_id.as_deref() == Some(id.as_str()) || same_body {
+        let why = format!("the second principal got the first principal's answer (id {id})");
+        return Verdict::failed(why, &[&e, &other]);
+    }
+    let Some(other_id) = other_id.filter(|_| success(other.status())) else {
+        let why = format!(
+            "the second principal's request was answered {} without an id",
+            other.status()
+        );
+        return Verdict::failed(why, &[&e, &other]);
+    };
+    let again = p.send(request).await;
+    if let Err(v) = same_answer(p, &other_id, &other, &again) {
+        return v;
+    }
+    Verdict::Passed(format!(
+        "ids {id} and {other_id}, each replayed to its principal"
+    ))
+}
+
+async fn second_route(p: &Probe) -> Verdict {
+    let Some(path) = p.opts.second_path.clone() else {
+        return Verdict::Skipped("no --second-url".into());
+    };
+    let key = p.key();
+    let (e, id) = match first(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let mut request = p.request(Some(&key));
+    request.path = path;
+    let other = p.send(request).await;
+    let same_body =
+        other.answer.as_ref().ok().map(|a| &a.body) == e.answer.as_ref().ok().map(|a| &a.body);
+    if p.id(&other).as_deref() == Some(id.as_str()) || same_body {
+        let why = format!("the other operation answered with this operation's answer (id {id})");
+        return Verdict::failed(why, &[&e, &other]);
+    }
+    Verdict::Passed(format!(
+        "the other operation answered {} on its own",
+        other.status()
+    ))
+}
+
+/// Retries the key's request at `spelled` (the path and query) after a first at the
+/// operation's own path: a replay or a `4xx` without an id passes; a new id is a second run.
+async fn respelled(p: &Probe, spelled: Option<String>) -> Verdict {
+    let Some(path) = spelled else {
+        return Verdict::Skipped("the path has no letter or segment to respell".into());
+    };
+    let key = p.key();
+    let (e, id) = match first(p, &key).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    let mut request = p.request(Some(&key));
+    request.path = path.clone();
+    let retry = p.send(request).await;
+    if let Err(v) = ran_twice(p, &id, &e, &retry) {
+        return v;
+    }
+    match (p.id(&retry), retry.status()) {
+        (Some(_), _) => Verdict::Passed(format!("{path}: replayed {id}")),
+        (None, s @ 400..=499) => Verdict::Passed(format!("{path}: refused with {s}")),
+        (None, s) => refused_badly(&path, s, &e, &retry),
+    }
+}
+
+fn refused_badly(path: &str, status: u16, e: &Exchange, retry: &Exchange) -> Verdict {
+    let why = format!("{path}: answered {status} without an id: it may have run again (expected the replay or a 4xx)");
+    Verdict::failed(why, &[e, retry])
+}
+
+/// The path and query split at the query.
+fn split(path: &str) -> (&str, &str) {
+    path.find('?').map_or((path, ""), |at| path.split_at(at))
+}
+
+async fn double_slash(p: &Probe) -> Verdict {
+    let (path, query) = split(&p.opts.path);
+    let spelled = path
+        .rfind('/')
+        .map(|at| format!("{}/{}{query}", &path[..at], &path[at..]));
+    respelled(p, spelled).await
+}
+
+async fn escaped(p: &Probe) -> Verdict {
+    let (path, query) = split(&p.opts.path);
+    let letter = path
+        .char_indices()
+        .rev()
+        .find(|(_, c)| c.is_ascii_alphabetic());
+    let spelled =
+        letter.map(|(at, c)| format!("{}%{:02X}{}{query}", &path[..at], c as u8, &path[at + 1..]));
+    respelled(p, spelled).await
+}
+
+async fn trailing(p: &Probe) -> Verdict {
+    let (path, query) = split(&p.opts.path);
+    let spelled = match path.strip_suffix('/') {
+        Some("") => None,
+        Some(bare) => Some(format!("{bare}{query}")),
+        None => Some(format!("{path}/{query}")),
+    };
+    respelled(p, spelled).await
+}
