@@ -49,6 +49,7 @@ mod parking;
 mod paths;
 mod postgres;
 mod principal;
+mod probe;
 mod purge;
 mod purge_cli;
 mod readme;

@@ -159,8 +159,8 @@ async fn left(p: &Probe) -> Verdict {
     }
     let marked = retry.answer.as_ref().is_ok_and(replayed);
     if p.profile() == Profile::Idemgate && !marked {
-        let why = "the first retry after the disconnect ran the operation (not a replay of \
-                   the abandoned request): ran twice";
+        let why = "the first retry after the disconnect is not marked Idempotent-Replayed: \
+                   the abandoned request did not run, or its answer is replayed unmarked";
         return Verdict::failed(why, &[&retry, &again]);
     }
     Verdict::Passed(format!("the retries replayed {id}"))

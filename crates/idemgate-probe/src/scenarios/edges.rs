@@ -30,7 +30,7 @@ pub(crate) fn all() -> Vec<Scenario> {
             failed,
             "A request answered 5xx (--failing-body-file) and retried with its key is not run \
              again behind the client's back: the retry gets a 5xx problem+json (the earlier \
-             attempt failed) or the stored answer; a 503, 408, 425 or 429 ('nothing done') \
+             attempt failed) or the stored answer; a 503 ('nothing done') \
              may run again (contract)"
         ),
         scenario!(

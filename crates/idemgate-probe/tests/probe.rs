@@ -1,0 +1,206 @@
+//! The probe against APIs that break the contract: the demo payments API alone (no
+//! idempotency at all) and a deliberately broken implementation (it replays by key alone:
+//! another principal's answer, and the first answer for another body). Each broken rule
+//! must fail its scenario, name the rule, and show the ids that prove a second run. The
+//! probe against idemgate's gateway on every store is in the gateway's integration tests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use clap::Parser;
+use idemgate_probe::{ProbeArgs, Report, Status};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    probe: ProbeArgs,
+}
+
+/// The probe's options from command-line words, with the demo's body in `dir`.
+fn args(dir: &tempfile::TempDir, url: &str, extra: &[&str]) -> ProbeArgs {
+    let body = dir.path().join("req.json");
+    std::fs::write(&body, r#"{"amount": 1000, "currency": "EUR"}"#).unwrap();
+    let mut words = vec!["probe", url, "--body-file", body.to_str().unwrap()];
+    words.extend(["-H", "Authorization: Bearer alice"]);
+    if !extra.contains(&"--id-pointer") {
+        words.extend(["--id-pointer", "/id"]);
+    }
+    words.extend_from_slice(extra);
+    Cli::parse_from(words).probe
+}
+
+async fn probe(args: &ProbeArgs) -> Report {
+    idemgate_probe::run(&args.resolve().unwrap(), None, |_| {})
+        .await
+        .unwrap()
+}
+
+fn failed<'a>(report: &'a Report, name: &str) -> &'a str {
+    let s = report
+        .scenario(name)
+        .unwrap_or_else(|| panic!("no scenario {name}"));
+    assert_eq!(s.status, Status::Failed, "{name}: {}", s.detail);
+    assert!(s.required, "{name}");
+    assert!(report
+        .table()
+        .contains(&format!("{name} failed\n  rule: {}", s.rule)));
+    &s.detail
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_api_alone_runs_every_retry_again() {
+    let (base, ledger) = idemgate_demo::payments::spawn().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = probe(&args(&dir, &format!("{base}/payments"), &[])).await;
+    assert!(!report.passed);
+    for name in ["replay-same-request", "disconnect-then-retry"] {
+        let detail = failed(&report, name);
+        assert!(
+            detail.contains("ran twice: one key, ids pay_"),
+            "{name}: {detail}"
+        );
+    }
+    let detail = failed(&report, "concurrent-duplicates");
+    assert!(
+        detail.starts_with("ran 20 times: one key, ids pay_"),
+        "{detail}"
+    );
+    // The report counts what it sent; the API charged at least once per keyed request.
+    assert!(report.requests <= 200 && ledger.count() >= report.requests - 10);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["passed"], false);
+    let first = &json["scenarios"][0];
+    assert_eq!(first["name"], "first-request");
+    assert_eq!(first["status"], "passed");
+    assert!(first["rule"].as_str().unwrap().contains("once"));
+}
+
+/// A broken implementation: answers by key alone, whoever asks and whatever the body.
+async fn broken() -> String {
+    let seen: Arc<Mutex<HashMap<Vec<u8>, String>>> = Arc::default();
+    let app = Router::new().route(
+        "/payments",
+        post(move |headers: HeaderMap| async move {
+            let key = headers
+                .get("idempotency-key")
+                .map(|k| k.as_bytes().to_vec());
+            let mut seen = seen.lock().unwrap();
+            let n = seen.len() + 1;
+            let id = match key {
+                Some(key) => seen
+                    .entry(key)
+                    .or_insert_with(|| format!("pay_{n}"))
+                    .clone(),
+                None => return StatusCode::BAD_REQUEST.into_response(),
+            };
+            created(&id)
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+fn created(id: &str) -> Response {
+    let body = format!(r#"{{"id":"{id}"}}"#);
+    let headers = [
+        ("content-type", "application/json"),
+        ("location", "/payments/x"),
+    ];
+    (StatusCode::CREATED, headers, body).into_response()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_implementation_fails_the_rules_it_breaks() {
+    let base = broken().await;
+    let dir = tempfile::tempdir().unwrap();
+    let second = ["--second-principal-header", "Authorization: Bearer bob"];
+    let report = probe(&args(&dir, &format!("{base}/payments"), &second)).await;
+    assert!(!report.passed);
+    let detail = failed(&report, "second-principal");
+    assert!(
+        detail.starts_with("the second principal got the first principal's answer (id pay_"),
+        "{detail}"
+    );
+    let detail = failed(&report, "fingerprint-mismatch");
+    assert!(
+        detail.starts_with("another body under the key got the first answer back"),
+        "{detail}"
+    );
+    // What it keeps: one execution per key.
+    for name in [
+        "replay-same-request",
+        "concurrent-duplicates",
+        "disconnect-then-retry",
+    ] {
+        let s = report.scenario(name).unwrap();
+        assert!(!s.detail.contains("ran twice"), "{name}: {}", s.detail);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_and_the_profile_bound_what_runs() {
+    let (base, ledger) = idemgate_demo::payments::spawn().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let small = ["--max-requests", "12", "--profile", "ietf"];
+    let report = probe(&args(&dir, &format!("{base}/payments"), &small)).await;
+    assert!(
+        report.requests <= 12 && ledger.count() <= 12,
+        "{}",
+        report.requests
+    );
+    let skipped = report.scenario("concurrent-duplicates").unwrap();
+    assert_eq!(skipped.status, Status::Skipped);
+    assert!(
+        skipped.detail.contains("past --max-requests"),
+        "{}",
+        skipped.detail
+    );
+    let not_a_rule = report.scenario("key-too-short").unwrap();
+    assert_eq!(
+        (not_a_rule.status, not_a_rule.required),
+        (Status::Skipped, false)
+    );
+    assert!(not_a_rule.detail.contains("not a rule of draft-07"));
+    // Without the options they need, scenarios are skipped, not passed.
+    let no_second = report.scenario("second-principal").unwrap();
+    assert_eq!(no_second.status, Status::Skipped, "{}", no_second.detail);
+}
+
+#[test]
+fn bad_options_name_the_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["-H", "Authorization Bearer x"],
+            "--header: a field without `:`",
+        ),
+        (
+            &["--id-pointer", "id"],
+            "--id-pointer id: a JSON Pointer starts with /",
+        ),
+        (
+            &["--second-url", "http://other:1/x"],
+            "--second-url http://other:1/x: must be on",
+        ),
+        (
+            &["-H", "Idempotency-Key: k"],
+            "--header: Idempotency-Key is the probe's to send",
+        ),
+    ];
+    for (extra, message) in cases {
+        let e = args(&dir, "http://127.0.0.1:9/payments", extra)
+            .resolve()
+            .unwrap_err();
+        assert!(format!("{e:#}").starts_with(message), "{extra:?}: {e:#}");
+        assert!(
+            !format!("{e:#}").contains("Bearer"),
+            "a header value is never echoed"
+        );
+    }
+}
