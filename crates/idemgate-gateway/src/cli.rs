@@ -66,6 +66,12 @@ pub enum Command {
     Openapi(crate::openapi::OpenapiArgs),
     /// Check any API's Idempotency-Key behaviour from the outside: crafted requests to one
     /// operation, a verdict per scenario (creates real resources: use a test environment).
+    ///
+    /// About 30 scenarios (docs/probe.md), each judged against one rule of the `idemgate`
+    /// profile (README "The contract") or of draft-07 (`--profile ietf`). Two resource ids
+    /// (--id-pointer, or Location) for one key mean the operation ran twice. Exit code 0 when
+    /// every scenario the profile requires passed (skipped ones do not fail it), 1 when one
+    /// failed, 2 when the probe could not run (a bad option, no connection).
     Probe(Box<idemgate_probe::ProbeArgs>),
     /// Replay the incidents idemgate exists for, without and with the gateway.
     Demo,

@@ -24,6 +24,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most bytes of an answer's body shown in a report.
 const SHOWN_BODY: usize = 300;
 
+/// Most bytes of an answer's body read: past it the exchange has no answer (a server that
+/// streams without end cannot fill the probe's memory).
+pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
 /// Where requests go: the target URL's scheme and authority.
 #[derive(Clone)]
 pub struct Target {
@@ -158,7 +162,9 @@ impl Target {
         let answer = match response {
             Ok(response) => {
                 let (parts, body) = response.into_parts();
-                let body = body.collect().await?.to_bytes();
+                let body = http_body_util::Limited::new(body, MAX_ANSWER_BYTES);
+                let body = body.collect().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                let body = body.to_bytes();
                 Ok(Answer {
                     status: parts.status.as_u16(),
                     headers: parts.headers,
@@ -236,39 +242,43 @@ impl Exchange {
 
 impl fmt::Display for Exchange {
     /// `> POST /path`, the request's fields, `< 201`, the answer's fields that matter
-    /// (`Content-Type`, `Location`, `Retry-After`, `Idempotent-*`) and its body, shortened.
+    /// (`Content-Type`, `Location`, `Retry-After`, `Idempotent-*`) and its body, shortened;
+    /// control characters escaped ([`shown`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = &self.request;
-        writeln!(f, "    > {} {}", r.method, r.path)?;
+        writeln!(f, "    > {} {}", r.method, shown(r.path.as_bytes()))?;
         for (name, value) in &r.headers {
-            writeln!(
-                f,
-                "    > {name}: {}",
-                String::from_utf8_lossy(value.as_bytes())
-            )?;
+            writeln!(f, "    > {name}: {}", shown(value.as_bytes()))?;
         }
         if !r.body.is_empty() {
             writeln!(f, "    > ({} bytes of body)", r.body.len())?;
         }
         let a = match &self.answer {
             Ok(a) => a,
-            Err(e) => return writeln!(f, "    < no answer: {e}"),
+            Err(e) => return writeln!(f, "    < no answer: {}", shown(e.as_bytes())),
         };
         writeln!(f, "    < {}", a.status)?;
         for (name, value) in &a.headers {
-            let shown = matches!(name.as_str(), "content-type" | "location" | "retry-after")
+            let kept = matches!(name.as_str(), "content-type" | "location" | "retry-after")
                 || name.as_str().starts_with("idempotent-");
-            if shown {
-                writeln!(
-                    f,
-                    "    < {name}: {}",
-                    String::from_utf8_lossy(value.as_bytes())
-                )?;
+            if kept {
+                writeln!(f, "    < {name}: {}", shown(value.as_bytes()))?;
             }
         }
-        let body = String::from_utf8_lossy(&a.body);
-        let cut: String = body.chars().take(SHOWN_BODY).collect();
-        let more = if cut.len() < body.len() { " ..." } else { "" };
-        writeln!(f, "    < {cut}{more}")
+        let cut = &a.body[..a.body.len().min(SHOWN_BODY)];
+        let more = if cut.len() < a.body.len() { " ..." } else { "" };
+        writeln!(f, "    < {}{more}", shown(cut))
     }
+}
+
+/// `bytes` as text for a terminal: invalid UTF-8 replaced, control characters (escape
+/// sequences a hostile server could send to the user's terminal) written as escapes.
+pub(crate) fn shown(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .chars()
+        .flat_map(|c| match c.is_control() {
+            true => c.escape_default().collect::<Vec<_>>(),
+            false => vec![c],
+        })
+        .collect()
 }

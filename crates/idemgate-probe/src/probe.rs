@@ -115,8 +115,9 @@ impl Probe {
         let a = e.answer.as_ref().ok()?;
         if let Some(pointer) = &self.opts.id_pointer {
             let json: serde_json::Value = serde_json::from_slice(&a.body).ok()?;
+            // Shown on a terminal: control characters escaped.
             return match json.pointer(pointer)? {
-                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::String(s) => Some(crate::http::shown(s.as_bytes())),
                 serde_json::Value::Null => None,
                 other => Some(other.to_string()),
             };

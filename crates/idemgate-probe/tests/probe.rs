@@ -204,3 +204,61 @@ fn bad_options_name_the_option() {
         );
     }
 }
+
+#[test]
+fn docs_list_every_scenario() {
+    let doc = format!("{}/../../docs/probe.md", env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(doc).unwrap();
+    for s in idemgate_probe::scenarios::all() {
+        let ietf = match s.ietf {
+            idemgate_probe::scenarios::Ietf::Required => "required",
+            idemgate_probe::scenarios::Ietf::Advisory => "advisory",
+            idemgate_probe::scenarios::Ietf::NotARule => "skipped",
+        };
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", s.name)));
+        let row = row.unwrap_or_else(|| panic!("docs/probe.md has no row for {}", s.name));
+        assert!(row.ends_with(&format!("| {ietf} |")), "{}: {row}", s.name);
+    }
+}
+
+/// A hostile API: ids and bodies with terminal escape sequences, and an answer of 5 MiB.
+async fn hostile() -> String {
+    let n = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let app = Router::new().route(
+        "/payments",
+        post(move |headers: HeaderMap| async move {
+            let n = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if headers.contains_key("authorization") && n % 2 == 1 {
+                return (StatusCode::CREATED, vec![b'x'; 5 << 20]).into_response();
+            }
+            let body = format!("{{\"id\":\"\\u001b[2J{n}\",\"note\":\"\\u001b]0;owned\\u0007\"}}");
+            (
+                StatusCode::CREATED,
+                [("content-type", "application/json")],
+                body,
+            )
+                .into_response()
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_api_never_reaches_the_terminal_nor_fills_memory() {
+    let base = hostile().await;
+    let dir = tempfile::tempdir().unwrap();
+    let report = probe(&args(&dir, &format!("{base}/payments"), &[])).await;
+    assert!(!report.passed);
+    let table = report.table();
+    assert!(
+        !table.contains('\u{1b}') && !table.contains('\u{7}'),
+        "{table}"
+    );
+    assert!(table.contains("\\u{1b}[2J"), "{table}");
+    assert!(table.contains("length limit exceeded"), "{table}");
+}
