@@ -243,7 +243,7 @@ impl Exchange {
 impl fmt::Display for Exchange {
     /// `> POST /path`, the request's fields, `< 201`, the answer's fields that matter
     /// (`Content-Type`, `Location`, `Retry-After`, `Idempotent-*`) and its body, shortened;
-    /// control characters escaped ([`shown`]).
+    /// control characters escaped.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = &self.request;
         writeln!(f, "    > {} {}", r.method, shown(r.path.as_bytes()))?;
