@@ -175,6 +175,13 @@ async fn get_twice(p: &Probe) -> Verdict {
         .as_ref()
         .map(|a| a.header("location").to_owned())
         .unwrap_or_default();
+    // An absolute Location on the probed host is fetched by its path.
+    let location = match location.parse::<http::Uri>() {
+        Ok(uri) if uri.authority().is_some() && uri.authority() == p.opts.url.authority() => uri
+            .path_and_query()
+            .map_or(location, |pq| pq.as_str().to_owned()),
+        _ => location,
+    };
     if !location.starts_with('/') {
         return Verdict::Skipped("the answer has no Location path to GET".into());
     }
