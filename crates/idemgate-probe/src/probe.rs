@@ -13,6 +13,9 @@ use crate::options::{Options, Profile};
 /// The header that carries the key (draft-ietf-httpapi-idempotency-key-header-07 §2).
 pub(crate) const KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
+/// What a redacted value reads as in a replay (`store_response = "redacted"`).
+const REDACTED: &str = "[redacted]";
+
 /// The operation under test and the state of one probe run.
 #[derive(Debug)]
 pub struct Probe {
@@ -115,8 +118,10 @@ impl Probe {
         let a = e.answer.as_ref().ok()?;
         if let Some(pointer) = &self.opts.id_pointer {
             let json: serde_json::Value = serde_json::from_slice(&a.body).ok()?;
-            // Shown on a terminal: control characters escaped.
+            // Shown on a terminal: control characters escaped. A replay whose stored form
+            // redacted the id holds no id of its own.
             return match json.pointer(pointer)? {
+                serde_json::Value::String(s) if s == REDACTED && stored_form_changed(a) => None,
                 serde_json::Value::String(s) => Some(crate::http::shown(s.as_bytes())),
                 serde_json::Value::Null => None,
                 other => Some(other.to_string()),
@@ -124,6 +129,14 @@ impl Probe {
         }
         let location = a.header("location");
         (!location.is_empty()).then(|| location.to_owned())
+    }
+
+    /// The id `e` answers with, where `first_id` is the key's first answer's: its own id,
+    /// or `first_id` for a replay whose stored form left the id out (a `2xx` marked
+    /// `Idempotent-Redacted` or `Idempotent-Body-Omitted`).
+    pub fn replay_id(&self, e: &Exchange, first_id: &str) -> Option<String> {
+        self.id(e)
+            .or_else(|| stored_form_replay(e).then(|| first_id.to_owned()))
     }
 
     /// Where a failure to find an id is explained: the option that sets it.
@@ -152,6 +165,13 @@ pub(crate) fn stored_form_changed(a: &Answer) -> bool {
     a.header("idempotent-redacted").eq_ignore_ascii_case("true")
         || a.header("idempotent-body-omitted")
             .eq_ignore_ascii_case("true")
+}
+
+/// Whether `e` is a `2xx` replay in a stored form ([`stored_form_changed`]).
+pub(crate) fn stored_form_replay(e: &Exchange) -> bool {
+    e.answer
+        .as_ref()
+        .is_ok_and(|a| success(a.status) && stored_form_changed(a))
 }
 
 /// Whether `status` is `2xx`.

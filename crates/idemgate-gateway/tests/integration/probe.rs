@@ -50,15 +50,27 @@ async fn every_scenario_passes(
     store: &str,
     edit: impl FnOnce(&mut idemgate_gateway::config::Config),
 ) {
+    every_scenario_passes_storing(store, "full", edit).await;
+}
+
+/// [`every_scenario_passes`] with the route's `store_response` (`redacted` redacts `/id`).
+async fn every_scenario_passes_storing(
+    store: &str,
+    form: &str,
+    edit: impl FnOnce(&mut idemgate_gateway::config::Config),
+) {
     let (api, _) = idemgate_demo::payments::spawn().await.unwrap();
     let gw = gateway(&api, store, |c| {
-        c.routes.push(
-            RouteTable::route("POST /payments")
-                .with("key_required", true)
-                .with("record_ttl", "4s")
-                .with("lease_ttl", "2s")
-                .with("record_ttl_header", true),
-        );
+        let route = RouteTable::route("POST /payments")
+            .with("key_required", true)
+            .with("record_ttl", "4s")
+            .with("lease_ttl", "2s")
+            .with("record_ttl_header", true)
+            .with("store_response", form);
+        c.routes.push(match form {
+            "redacted" => route.with("redact_json_pointers", vec!["/id"]),
+            _ => route,
+        });
         edit(c);
     })
     .await;
@@ -83,6 +95,17 @@ async fn sqlite_keeps_every_rule() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", dir.path().join("idemgate.db").display());
     every_scenario_passes(&store, |_| {}).await;
+}
+
+/// Replays marked `Idempotent-Body-Omitted` or `Idempotent-Redacted` (the id itself
+/// redacted) conform.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_forms_keep_every_rule() {
+    for form in ["status-only", "redacted"] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("sqlite://{}", dir.path().join("idemgate.db").display());
+        every_scenario_passes_storing(&store, form, |_| {}).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

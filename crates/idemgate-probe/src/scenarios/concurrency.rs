@@ -10,7 +10,7 @@ use super::replay::same_answer;
 use super::{scenario, Ietf, Scenario};
 use crate::http::Exchange;
 use crate::options::Profile;
-use crate::probe::{replayed, success, Probe};
+use crate::probe::{replayed, stored_form_replay, success, Probe};
 use crate::report::Verdict;
 
 /// Most retries of a request answered `409` while its first is in flight.
@@ -56,6 +56,9 @@ async fn at_once(p: &Probe) -> Verdict {
             if !ids.iter().any(|(known, _)| *known == id) {
                 ids.push((id, e));
             }
+            continue;
+        }
+        if stored_form_replay(e) {
             continue;
         }
         if let Err(v) = in_flight(p, e) {
@@ -148,10 +151,7 @@ async fn left(p: &Probe) -> Verdict {
         return Verdict::failed(why, &[&retry]);
     }
     let Some(id) = p.id(&retry) else {
-        return Verdict::failed(
-            format!("the retry has no id in {}", p.id_source()),
-            &[&retry],
-        );
+        return without_id(p, &key, retry).await;
     };
     let again = p.send(p.request(Some(&key))).await;
     if let Err(v) = same_answer(p, &id, &retry, &again) {
@@ -164,4 +164,23 @@ async fn left(p: &Probe) -> Verdict {
         return Verdict::failed(why, &[&retry, &again]);
     }
     Verdict::Passed(format!("the retries replayed {id}"))
+}
+
+/// The retry after a disconnect had no id: a replay whose stored form left it out passes
+/// when the next retry is that replay again.
+async fn without_id(p: &Probe, key: &str, retry: Exchange) -> Verdict {
+    if !stored_form_replay(&retry) {
+        return Verdict::failed(
+            format!("the retry has no id in {}", p.id_source()),
+            &[&retry],
+        );
+    }
+    let again = p.send(p.request(Some(key))).await;
+    match stored_form_replay(&again) && again.status() == retry.status() {
+        true => Verdict::Passed("the retries replayed the stored form of the first answer".into()),
+        false => Verdict::failed(
+            "the second retry is not the first's replay",
+            &[&retry, &again],
+        ),
+    }
 }

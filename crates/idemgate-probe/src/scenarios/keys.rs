@@ -175,7 +175,7 @@ async fn forms(p: &Probe) -> Verdict {
         Err(v) => return v,
     };
     let retry = p.send(p.request_with_keys(&[key.as_bytes()])).await;
-    match p.id(&retry) {
+    match p.replay_id(&retry, &id) {
         Some(other) if other == id => Verdict::Passed(format!("the bare retry replayed {id}")),
         Some(other) => Verdict::failed(
             format!("ran twice: \"{key}\" and {key} gave ids {id} and {other}"),

@@ -82,7 +82,7 @@ async fn method_case(p: &Probe) -> Verdict {
     if let Err(v) = ran_twice(p, &id, &e, &retry) {
         return v;
     }
-    match (p.id(&retry), retry.status()) {
+    match (p.replay_id(&retry, &id), retry.status()) {
         (Some(_), _) => Verdict::Passed(format!("{lower}: replayed {id}")),
         (None, s @ 400..=499) => Verdict::Passed(format!("{lower}: refused with {s}")),
         (None, s) => refused_badly(&lower, s, &e, &retry),
@@ -163,7 +163,7 @@ async fn respelled(p: &Probe, spelled: Option<String>) -> Verdict {
     if let Err(v) = ran_twice(p, &id, &e, &retry) {
         return v;
     }
-    match (p.id(&retry), retry.status()) {
+    match (p.replay_id(&retry, &id), retry.status()) {
         (Some(_), _) => Verdict::Passed(format!("{path}: replayed {id}")),
         (None, s @ 400..=499) => Verdict::Passed(format!("{path}: refused with {s}")),
         (None, s) => refused_badly(&path, s, &e, &retry),
