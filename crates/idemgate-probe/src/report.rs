@@ -140,13 +140,17 @@ impl Report {
                 s.name, s.rule, s.detail
             );
         }
-        let count = |st| self.scenarios.iter().filter(|s| s.status == st).count();
+        let count = |st, required| {
+            let of = |s: &&ScenarioReport| s.status == st && (required || !s.required);
+            self.scenarios.iter().filter(of).count()
+        };
         let _ = writeln!(
             out,
-            "\n{} passed, {} failed, {} skipped; {} requests sent; {}",
-            count(Status::Passed),
-            count(Status::Failed),
-            count(Status::Skipped),
+            "\n{} passed, {} failed, {} warnings, {} skipped; {} requests sent; {}",
+            count(Status::Passed, true),
+            count(Status::Failed, true) - count(Status::Failed, false),
+            count(Status::Failed, false),
+            count(Status::Skipped, true),
             self.requests,
             if self.passed {
                 "the contract holds"

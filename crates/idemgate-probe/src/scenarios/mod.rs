@@ -44,6 +44,8 @@ pub struct Scenario {
     cost: usize,
     /// Whether `cost` is per duplicate of the concurrency scenario.
     per_duplicate: bool,
+    /// A scenario that must have passed for this one to prove anything (run before it).
+    needs: Option<&'static str>,
     run: Run,
 }
 
@@ -71,6 +73,7 @@ macro_rules! scenario {
             ietf: $crate::scenarios::Ietf::$ietf,
             cost: $cost,
             per_duplicate: false,
+            needs: None,
             run,
         }
     }};
@@ -102,6 +105,10 @@ pub async fn run(
     let mut reports = Vec::with_capacity(scenarios.len());
     let mut baseline: Option<String> = None;
     for s in scenarios {
+        let unmet = s.needs.filter(|n| {
+            let found = reports.iter().find(|r: &&ScenarioReport| r.name == *n);
+            found.is_some_and(|r| r.status != crate::report::Status::Passed)
+        });
         progress(s.name);
         let required = match probe.profile() {
             Profile::Idemgate => true,
@@ -111,6 +118,10 @@ pub async fn run(
             Verdict::Skipped("not a rule of draft-07 (--profile ietf)".into())
         } else if let Some(why) = &baseline {
             Verdict::Skipped(format!("{FIRST} failed: {why}"))
+        } else if let Some(needed) = unmet {
+            Verdict::Skipped(format!(
+                "{needed} did not pass: this scenario would prove nothing"
+            ))
         } else if !probe.affords(s.cost(probe)) {
             Verdict::Skipped(format!(
                 "needs up to {} requests, past --max-requests ({} sent)",
