@@ -135,7 +135,9 @@ async fn a_broken_implementation_fails_the_rules_it_breaks() {
     // Another spelling of a body that is never compared proves nothing: not passed.
     let order = report.scenario("json-member-order").unwrap();
     assert_eq!(order.status, Status::Skipped, "{}", order.detail);
-    assert!(order.detail.starts_with("fingerprint-mismatch did not pass"));
+    assert!(order
+        .detail
+        .starts_with("fingerprint-mismatch did not pass"));
     // What it keeps: one execution per key.
     for name in [
         "replay-same-request",
