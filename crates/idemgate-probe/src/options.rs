@@ -6,6 +6,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Uri};
 
+/// The largest `--max-body-bytes`: the probe sends one byte more (1 GiB).
+const MAX_BODY_LIMIT: usize = 1 << 30;
+
 /// Which rules are checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profile {
@@ -191,6 +194,9 @@ impl ProbeArgs {
             .as_ref()
             .map(|f| read(f, "--failing-body-file"))
             .transpose()?;
+        if self.max_body_bytes > MAX_BODY_LIMIT {
+            anyhow::bail!("--max-body-bytes: at most {MAX_BODY_LIMIT} (1 GiB)");
+        }
         if self.max_requests == 0 {
             anyhow::bail!("--max-requests: at least 1");
         }
