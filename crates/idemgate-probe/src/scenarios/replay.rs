@@ -127,18 +127,23 @@ fn with_retry(n: usize, v: Verdict) -> Verdict {
     }
 }
 
-async fn marker(p: &Probe) -> Verdict {
+/// A new key's first request and its retry, the retry checked to be the first's answer
+/// ([`same_answer`]).
+async fn replayed_once(p: &Probe) -> Result<(Exchange, Exchange), Verdict> {
     let key = p.key();
-    let (e, id) = match first(p, &key).await {
-        Ok(found) => found,
+    let (e, id) = first(p, &key).await?;
+    let retry = p.send(p.request(Some(&key))).await;
+    same_answer(p, &id, &e, &retry)?;
+    Ok((e, retry))
+}
+
+async fn marker(p: &Probe) -> Verdict {
+    let (e, retry) = match replayed_once(p).await {
+        Ok(pair) => pair,
         Err(v) => return v,
     };
-    let retry = p.send(p.request(Some(&key))).await;
-    if let Err(v) = same_answer(p, &id, &e, &retry) {
-        return v;
-    }
     let (Ok(a), Ok(b)) = (&e.answer, &retry.answer) else {
-        unreachable!("checked")
+        return Verdict::failed("no answer", &[&e, &retry]);
     };
     match (replayed(a), replayed(b)) {
         (false, true) => Verdict::Passed("the replay alone is marked".into()),
@@ -150,17 +155,12 @@ async fn marker(p: &Probe) -> Verdict {
 }
 
 async fn headers(p: &Probe) -> Verdict {
-    let key = p.key();
-    let (e, id) = match first(p, &key).await {
-        Ok(found) => found,
+    let (e, retry) = match replayed_once(p).await {
+        Ok(pair) => pair,
         Err(v) => return v,
     };
-    let retry = p.send(p.request(Some(&key))).await;
-    if let Err(v) = same_answer(p, &id, &e, &retry) {
-        return v;
-    }
     let (Ok(a), Ok(b)) = (&e.answer, &retry.answer) else {
-        unreachable!("checked")
+        return Verdict::failed("no answer", &[&e, &retry]);
     };
     let differ: Vec<&str> = ["content-type", "location"]
         .into_iter()

@@ -4,7 +4,7 @@
 
 use super::replay::same_answer;
 use super::{first, ran_twice, scenario, Scenario};
-use crate::http::Exchange;
+use crate::http::{Exchange, Request};
 use crate::probe::{success, Probe};
 use crate::report::Verdict;
 
@@ -71,22 +71,7 @@ async fn method_case(p: &Probe) -> Verdict {
     if method == p.opts.method {
         return Verdict::Skipped("the method is already in lower case".into());
     }
-    let key = p.key();
-    let (e, id) = match first(p, &key).await {
-        Ok(found) => found,
-        Err(v) => return v,
-    };
-    let mut request = p.request(Some(&key));
-    request.method = method;
-    let retry = p.send(request).await;
-    if let Err(v) = ran_twice(p, &id, &e, &retry) {
-        return v;
-    }
-    match (p.replay_id(&retry, &id), retry.status()) {
-        (Some(_), _) => Verdict::Passed(format!("{lower}: replayed {id}")),
-        (None, s @ 400..=499) => Verdict::Passed(format!("{lower}: refused with {s}")),
-        (None, s) => refused_badly(&lower, s, &e, &retry),
-    }
+    retried_as(p, &lower, |r| r.method = method).await
 }
 
 async fn second_principal(p: &Probe) -> Verdict {
@@ -147,26 +132,32 @@ async fn second_route(p: &Probe) -> Verdict {
 }
 
 /// Retries the key's request at `spelled` (the path and query) after a first at the
-/// operation's own path: a replay or a `4xx` without an id passes; a new id is a second run.
+/// operation's own path ([`retried_as`]).
 async fn respelled(p: &Probe, spelled: Option<String>) -> Verdict {
     let Some(path) = spelled else {
         return Verdict::Skipped("the path has no letter or segment to respell".into());
     };
+    retried_as(p, &path.clone(), |r| r.path = path).await
+}
+
+/// Retries a new key's first request changed by `edit` (shown as `label`): a replay or a
+/// `4xx` without an id passes; a new id is a second run.
+async fn retried_as(p: &Probe, label: &str, edit: impl FnOnce(&mut Request)) -> Verdict {
     let key = p.key();
     let (e, id) = match first(p, &key).await {
         Ok(found) => found,
         Err(v) => return v,
     };
     let mut request = p.request(Some(&key));
-    request.path = path.clone();
+    edit(&mut request);
     let retry = p.send(request).await;
     if let Err(v) = ran_twice(p, &id, &e, &retry) {
         return v;
     }
     match (p.replay_id(&retry, &id), retry.status()) {
-        (Some(_), _) => Verdict::Passed(format!("{path}: replayed {id}")),
-        (None, s @ 400..=499) => Verdict::Passed(format!("{path}: refused with {s}")),
-        (None, s) => refused_badly(&path, s, &e, &retry),
+        (Some(_), _) => Verdict::Passed(format!("{label}: replayed {id}")),
+        (None, s @ 400..=499) => Verdict::Passed(format!("{label}: refused with {s}")),
+        (None, s) => refused_badly(label, s, &e, &retry),
     }
 }
 
