@@ -71,7 +71,8 @@ pub enum Command {
     /// profile (README "The contract") or of draft-07 (`--profile ietf`). Two resource ids
     /// (--id-pointer, or Location) for one key mean the operation ran twice. Exit code 0 when
     /// every scenario the profile requires passed (skipped ones do not fail it), 1 when one
-    /// failed, 2 when the probe could not run (a bad option, no connection).
+    /// failed, 2 when the probe could not run or finish (a bad option, no connection,
+    /// `--timeout` passed).
     Probe(Box<idemgate_probe::ProbeArgs>),
     /// Replay the incidents idemgate exists for, without and with the gateway.
     Demo,

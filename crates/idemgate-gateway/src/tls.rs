@@ -33,7 +33,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// caller to prefix with the field name.
 pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let at = path.display();
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {at}: {e}"))?;
+    let bytes = read_pem(path)?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{at}: not PEM certificates ({e})"))?;
@@ -43,13 +43,32 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     Ok(certs)
 }
 
+/// Most bytes of a PEM file read (a CA bundle is a few hundred KiB): a path such as
+/// `/dev/zero` is refused instead of filling memory.
+const MAX_PEM_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The bytes of the PEM file at `path`, at most [`MAX_PEM_BYTES`].
+fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let at = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {at}: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {at}: {e}"))?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
+        return Err(format!("{at}: over {MAX_PEM_BYTES} bytes, not a PEM file"));
+    }
+    Ok(bytes)
+}
+
 /// The first private key (PKCS#8, PKCS#1 or SEC1) in a PEM file.
 ///
 /// # Errors
 /// `cannot read PATH: ...` or `PATH: no private key ...`.
 pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     let at = path.display();
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {at}: {e}"))?;
+    let bytes = read_pem(path)?;
     PrivateKeyDer::from_pem_slice(&bytes)
         .map_err(|e| format!("{at}: no PEM private key (PKCS#8, PKCS#1 or SEC1) ({e})"))
 }
@@ -182,5 +201,21 @@ where
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn an_endless_file_is_refused_not_read_whole() {
+        for read in [
+            |p: &Path| super::read_certs(p).map(drop),
+            |p: &Path| super::read_key(p).map(drop),
+        ] {
+            let e = read(Path::new("/dev/zero")).unwrap_err();
+            assert!(e.starts_with("/dev/zero: over 16777216 bytes"), "{e}");
+        }
     }
 }

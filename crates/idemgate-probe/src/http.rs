@@ -1,13 +1,17 @@
 //! One exchange with the API under test: a request on a connection of its own (HTTP/1.1, TLS
 //! for `https://`), read to the end of its answer, or sent and then abandoned (the client
-//! closes the connection without reading: a disconnect mid-request).
+//! closes its sending side: a disconnect mid-request, whose answer is still read if the
+//! server writes one).
 //!
 //! A connection per request keeps every exchange apart (no pool that retries a request on
 //! another connection, no request queued behind another) and sends the path exactly as
 //! given: `//payments`, `/p%61yments` and a trailing slash reach the server as spelled.
 
 use std::fmt;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,8 +22,9 @@ use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Longest a probe request may take, connection and whole answer included.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client that leaves waits after sending its request: long enough for a
+/// server to read it and start on it, short enough to leave before most answers.
+pub const LEAVE_AFTER: Duration = Duration::from_millis(20);
 
 /// Most bytes of an answer's body shown in a report.
 const SHOWN_BODY: usize = 300;
@@ -37,6 +42,8 @@ pub struct Target {
     authority: String,
     /// TLS for `https://`: the client configuration and the name the certificate must hold.
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    /// Longest one request may take, connection and whole answer included.
+    timeout: Duration,
 }
 
 impl fmt::Debug for Target {
@@ -50,11 +57,16 @@ impl fmt::Debug for Target {
 
 impl Target {
     /// The target of `uri` (`http://` or `https://`, with a host); `tls` is the client
-    /// configuration for `https://` (its trust roots).
+    /// configuration for `https://` (its trust roots); `timeout` bounds each request,
+    /// connection and whole answer included.
     ///
     /// # Errors
     /// Another scheme, no host, or `https://` without `tls`.
-    pub fn new(uri: &http::Uri, tls: Option<Arc<rustls::ClientConfig>>) -> anyhow::Result<Self> {
+    pub fn new(
+        uri: &http::Uri,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
         let host = uri.host().ok_or_else(|| anyhow::anyhow!("URL: no host"))?;
         let authority = uri
             .authority()
@@ -84,26 +96,29 @@ impl Target {
             addr,
             authority,
             tls,
+            timeout,
         })
     }
 
-    /// Sends `request` and reads its whole answer, within [`REQUEST_TIMEOUT`].
+    /// Sends `request` and reads its whole answer, within the target's timeout.
     pub async fn send(&self, request: Request) -> Exchange {
-        let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(&request)).await;
-        let answer = match answer {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(format!("{e:#}")),
-            Err(_) => Err(format!("no answer within {REQUEST_TIMEOUT:?}")),
+        let answer = async {
+            let io = self.connect().await?;
+            answer_on(io, &self.authority, &request).await
         };
+        let answer = self.within(answer).await;
         Exchange { request, answer }
     }
 
-    /// Writes `request` whole, waits `linger`, then closes the connection without reading
-    /// its answer.
+    /// A client that leaves: writes `request` whole, waits [`LEAVE_AFTER`], closes the
+    /// connection's sending side
+    /// (the end of the stream most servers take as the client gone) and reads whatever
+    /// answer the server still writes, within the target's timeout. The exchange's answer
+    /// is `Err` when the server wrote none.
     ///
     /// # Errors
-    /// The connection could not be made or written.
-    pub async fn abandon(&self, request: &Request, linger: Duration) -> anyhow::Result<()> {
+    /// The connection could not be made or the request not written.
+    pub async fn abandon(&self, request: Request) -> anyhow::Result<Exchange> {
         let mut head = format!(
             "{} {} HTTP/1.1\r\nhost: {}\r\n",
             request.method, request.path, self.authority
@@ -115,22 +130,45 @@ impl Target {
         head.push_str(&format!("content-length: {}\r\n\r\n", request.body.len()));
         let mut bytes = head.into_bytes();
         bytes.extend_from_slice(&request.body);
-        let mut io = self.connect().await?;
-        io.write_all(&bytes).await?;
-        io.flush().await?;
-        tokio::time::sleep(linger).await;
-        drop(io);
-        Ok(())
+        let sent = async {
+            let mut io = self.connect().await?;
+            io.write_all(&bytes).await?;
+            io.flush().await?;
+            // The server reads the request and starts on it before the client leaves.
+            tokio::time::sleep(LEAVE_AFTER).await;
+            io.shutdown().await?;
+            anyhow::Ok(io)
+        };
+        let io = match tokio::time::timeout(self.timeout, sent).await {
+            Ok(io) => io?,
+            Err(_) => anyhow::bail!("not sent within {:?}", self.timeout),
+        };
+        // The request is already on the wire: hyper parses the answer, its writes dropped.
+        let answer = self.within(answer_on(Box::new(ReadOnly(io)), &self.authority, &request));
+        let answer = answer.await;
+        Ok(Exchange { request, answer })
     }
 
-    /// Whether a connection (and TLS handshake) can be made, within [`REQUEST_TIMEOUT`].
+    /// Whether a connection (and TLS handshake) can be made, within the target's timeout.
     ///
     /// # Errors
     /// Why not.
     pub async fn reachable(&self) -> anyhow::Result<()> {
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.connect()).await {
+        match tokio::time::timeout(self.timeout, self.connect()).await {
             Ok(io) => io.map(drop),
-            Err(_) => anyhow::bail!("no connection within {REQUEST_TIMEOUT:?}"),
+            Err(_) => anyhow::bail!("no connection within {:?}", self.timeout),
+        }
+    }
+
+    /// `answer` within the target's timeout, its error as text.
+    async fn within(
+        &self,
+        answer: impl std::future::Future<Output = anyhow::Result<Answer>>,
+    ) -> Result<Answer, String> {
+        match tokio::time::timeout(self.timeout, answer).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(format!("{e:#}")),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
         }
     }
 
@@ -145,36 +183,64 @@ impl Target {
             }
         }
     }
+}
 
-    async fn exchange(&self, request: &Request) -> anyhow::Result<Answer> {
-        let io = self.connect().await?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
-        let driver = tokio::spawn(conn);
-        let mut builder = http::Request::builder()
-            .method(request.method.clone())
-            .uri(request.path.as_str())
-            .header(http::header::HOST, self.authority.as_str());
-        for (name, value) in &request.headers {
-            builder = builder.header(name, value);
-        }
-        let req = builder.body(Full::new(request.body.clone()))?;
-        let response = sender.send_request(req).await;
-        let answer = match response {
-            Ok(response) => {
-                let (parts, body) = response.into_parts();
-                let body = http_body_util::Limited::new(body, MAX_ANSWER_BYTES);
-                let body = body.collect().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-                let body = body.to_bytes();
-                Ok(Answer {
-                    status: parts.status.as_u16(),
-                    headers: parts.headers,
-                    body,
-                })
-            }
-            Err(e) => Err(e.into()),
-        };
-        driver.abort();
-        answer
+/// Sends `request` on `io` (`Host: authority`) and reads its answer, at most
+/// [`MAX_ANSWER_BYTES`] of body.
+async fn answer_on(io: Box<dyn Io>, authority: &str, request: &Request) -> anyhow::Result<Answer> {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    let driver = tokio::spawn(conn);
+    let mut builder = http::Request::builder()
+        .method(request.method.clone())
+        .uri(request.path.as_str())
+        .header(http::header::HOST, authority);
+    for (name, value) in &request.headers {
+        builder = builder.header(name, value);
+    }
+    let req = builder.body(Full::new(request.body.clone()))?;
+    let answer = async {
+        let (parts, body) = sender.send_request(req).await?.into_parts();
+        let body = http_body_util::Limited::new(body, MAX_ANSWER_BYTES);
+        let body = body.collect().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: body.to_bytes(),
+        })
+    };
+    let answer = answer.await;
+    driver.abort();
+    answer
+}
+
+/// A connection whose writes are dropped: the answer to a request already written.
+struct ReadOnly(Box<dyn Io>);
+
+impl AsyncRead for ReadOnly {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ReadOnly {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -276,9 +342,17 @@ impl fmt::Display for Exchange {
 pub(crate) fn shown(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes)
         .chars()
-        .flat_map(|c| match c.is_control() {
+        .flat_map(|c| match c.is_control() || invisible(c) {
             true => c.escape_default().collect::<Vec<_>>(),
             false => vec![c],
         })
         .collect()
+}
+
+/// Characters that reorder or break a terminal's text without showing: bidirectional
+/// controls (Unicode TR 9: U+061C, U+200E/F, U+202A-E, U+2066-9), line and paragraph
+/// separators (U+2028/9), zero-width characters and the byte order mark.
+fn invisible(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{2069}' | '\u{feff}')
 }

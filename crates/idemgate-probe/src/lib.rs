@@ -28,7 +28,7 @@
 //! # Ok(()) }
 //! ```
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -54,7 +54,7 @@ pub async fn run(
     tls: Option<Arc<rustls::ClientConfig>>,
     progress: impl Fn(&str),
 ) -> anyhow::Result<Report> {
-    let target = http::Target::new(&opts.url, tls)?;
+    let target = http::Target::new(&opts.url, tls, opts.request_timeout)?;
     // An unreachable target is an error, not 30 failures.
     target
         .reachable()
@@ -62,29 +62,31 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("{}: {e:#}", opts.url))?;
     let probe = Probe::new(target, opts.clone());
     let all = scenarios::all();
-    let reports = scenarios::run(&probe, &all, progress).await;
-    Ok(Report::new(reports, probe.sent()))
+    let outcome = scenarios::run(&probe, &all, progress).await;
+    Ok(Report::new(
+        outcome.reports,
+        probe.sent(),
+        outcome.incomplete,
+    ))
 }
 
 /// `idemgate probe`: says up front what it will send, runs, prints the table (with a
 /// progress bar on a terminal) or the JSON report, and returns the exit code: 0 when every
-/// required scenario passed, 1 when one failed, 2 when the probe could not run.
+/// required scenario passed, 1 when one failed, 2 when the probe could not run or finish
+/// (bad options, the target unreachable, `--timeout` passed, the report not written).
 pub async fn command(args: ProbeArgs, tls: Option<Arc<rustls::ClientConfig>>) -> ExitCode {
     let opts = match args.resolve() {
         Ok(opts) => opts,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return error(&e),
     };
-    eprintln!(
+    say(&format!(
         "idemgate probe: up to {} requests to {} {} (profile {}); every covered request may \
          run the operation and create a real resource: use a test environment",
         opts.max_requests,
         opts.method,
         opts.url,
         opts.profile.name()
-    );
+    ));
     let bar = progress_bar(args.json, scenarios::all().len());
     let report = run(&opts, tls, |name| {
         if let Some(bar) = &bar {
@@ -98,19 +100,33 @@ pub async fn command(args: ProbeArgs, tls: Option<Arc<rustls::ClientConfig>>) ->
     }
     let report = match report {
         Ok(report) => report,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return error(&e),
     };
-    match args.json {
-        true => println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("a report serializes")
-        ),
-        false => print!("{}", report.table()),
+    let text = match args.json {
+        true => serde_json::to_string_pretty(&report).expect("a report serializes") + "\n",
+        false => report.table(),
+    };
+    // A closed or full stdout is an error to report, not a panic.
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        return error(&anyhow::anyhow!("writing the report: {e}"));
     }
-    ExitCode::from(if report.passed { 0 } else { 1 })
+    match (&report.incomplete, report.passed) {
+        (Some(_), _) => ExitCode::from(2),
+        (None, true) => ExitCode::SUCCESS,
+        (None, false) => ExitCode::from(1),
+    }
+}
+
+/// Writes `text` to stderr, ignoring a stderr that cannot be written.
+fn say(text: &str) {
+    let _ = writeln!(std::io::stderr(), "{text}");
+}
+
+/// Reports `e` and returns exit code 2.
+fn error(e: &anyhow::Error) -> ExitCode {
+    say(&format!("error: {e:#}"));
+    ExitCode::from(2)
 }
 
 /// A progress bar of `len` scenarios on a terminal's stderr (none for `--json` or a pipe).

@@ -9,6 +9,21 @@ use http::{HeaderName, HeaderValue, Method, Uri};
 /// The largest `--max-body-bytes`: the probe sends one byte more (1 GiB).
 const MAX_BODY_LIMIT: usize = 1 << 30;
 
+/// Most bytes read from `--body-file` or `--failing-body-file` (16 MiB).
+const MAX_BODY_FILE: u64 = 16 << 20;
+
+/// Most bytes read from `--header-file` (1 MiB).
+const MAX_HEADER_FILE: u64 = 1 << 20;
+
+/// Fields the probe writes itself: the caller may not set them.
+const OWN_FIELDS: [(&str, &str); 5] = [
+    ("idempotency-key", "the probe sends its own keys"),
+    ("host", "it is the URL's authority"),
+    ("content-length", "the probe frames each body itself"),
+    ("transfer-encoding", "the probe frames each body itself"),
+    ("connection", "the probe uses a connection per request"),
+];
+
 /// Which rules are checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profile {
@@ -34,7 +49,8 @@ impl Profile {
 ///
 /// It creates real resources (every covered request may run the operation): point it at a
 /// test environment. Exit code 0 when every scenario the profile requires passed, 1 when one
-/// failed, 2 when the probe could not run (bad options, the target unreachable).
+/// failed, 2 when the probe could not run or finish (bad options, the target unreachable,
+/// `--timeout` passed).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProbeArgs {
     /// The operation's URL, e.g. http://127.0.0.1:8080/payments (http or https; the path
@@ -87,12 +103,20 @@ pub struct ProbeArgs {
     /// Print one JSON object (`passed`, `requests`, `scenarios`) instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Duplicates sent at once in the concurrency scenario.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(2..=200))]
-    pub concurrency: u16,
+    /// Duplicates sent at once in the concurrency scenario [default: 20, fewer when
+    /// --max-requests is under 21]. It and its retry must fit in --max-requests.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(2..=200))]
+    pub concurrency: Option<u16>,
     /// Most requests sent in all; scenarios past it are reported as skipped.
     #[arg(long, default_value_t = 200)]
     pub max_requests: usize,
+    /// Longest one request may take, connection and whole answer included, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+    /// Longest the whole run may take, e.g. 10m: a scenario still running then is cut off,
+    /// the rest are skipped, and the exit code is 2 (the probe could not finish).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
 }
 
 /// The operation under test and the run's bounds, resolved from [`ProbeArgs`].
@@ -126,6 +150,10 @@ pub struct Options {
     pub concurrency: usize,
     /// Most requests sent.
     pub max_requests: usize,
+    /// Longest one request may take.
+    pub request_timeout: Duration,
+    /// Longest the whole run may take.
+    pub timeout: Duration,
 }
 
 impl ProbeArgs {
@@ -134,38 +162,15 @@ impl ProbeArgs {
     /// # Errors
     /// A message naming the option at fault.
     pub fn resolve(&self) -> anyhow::Result<Options> {
-        let url: Uri = self
-            .url
-            .parse()
-            .map_err(|e| anyhow::anyhow!("URL {}: {e}", self.url))?;
+        let url = target_url(&self.url)?;
         let path = path_of(&url);
         let method = Method::from_bytes(self.method.as_bytes())
             .map_err(|_| anyhow::anyhow!("--method {}: not a method", self.method))?;
         let body = match &self.body_file {
-            Some(f) => read(f, "--body-file")?,
+            Some(f) => read(f, "--body-file", MAX_BODY_FILE)?,
             None => Bytes::new(),
         };
-        let mut lines: Vec<(String, &str)> = self
-            .headers
-            .iter()
-            .map(|h| (h.clone(), "--header"))
-            .collect();
-        if let Some(f) = &self.header_file {
-            let text = std::fs::read_to_string(f)
-                .map_err(|e| anyhow::anyhow!("--header-file {}: {e}", f.display()))?;
-            let fields = text
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'));
-            lines.extend(fields.map(|l| (l.to_owned(), "--header-file")));
-        }
-        let mut headers = lines
-            .iter()
-            .map(|(l, opt)| field(l, opt))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        if headers.iter().any(|(n, _)| n == crate::probe::KEY) {
-            anyhow::bail!("--header: Idempotency-Key is the probe's to send");
-        }
+        let mut headers = self.fields()?;
         if !body.is_empty() && !headers.iter().any(|(n, _)| n == http::header::CONTENT_TYPE) {
             let json = HeaderValue::from_static("application/json");
             headers.push((http::header::CONTENT_TYPE, json));
@@ -173,33 +178,21 @@ impl ProbeArgs {
         let second_principal = match self.second_principal_header.is_empty() {
             true => None,
             false => Some(
-                self.second_principal_header
-                    .iter()
+                (self.second_principal_header.iter())
                     .map(|l| field(l, "--second-principal-header"))
                     .collect::<anyhow::Result<Vec<_>>>()?,
             ),
         };
-        let second_path = self
-            .second_url
-            .as_deref()
+        let second_path = (self.second_url.as_deref())
             .map(|u| second(&url, u))
             .transpose()?;
         if let Some(p) = &self.id_pointer {
-            if !(p.is_empty() || p.starts_with('/')) {
-                anyhow::bail!("--id-pointer {p}: a JSON Pointer starts with / (RFC 6901)");
-            }
+            pointer(p)?;
         }
-        let failing_body = self
-            .failing_body_file
-            .as_ref()
-            .map(|f| read(f, "--failing-body-file"))
+        let failing_body = (self.failing_body_file.as_ref())
+            .map(|f| read(f, "--failing-body-file", MAX_BODY_FILE))
             .transpose()?;
-        if self.max_body_bytes > MAX_BODY_LIMIT {
-            anyhow::bail!("--max-body-bytes: at most {MAX_BODY_LIMIT} (1 GiB)");
-        }
-        if self.max_requests == 0 {
-            anyhow::bail!("--max-requests: at least 1");
-        }
+        self.bounds()?;
         Ok(Options {
             url,
             path,
@@ -213,10 +206,98 @@ impl ProbeArgs {
             max_body_bytes: self.max_body_bytes,
             key_lifetime: self.key_lifetime,
             profile: self.profile,
-            concurrency: usize::from(self.concurrency),
+            concurrency: self.concurrency(),
             max_requests: self.max_requests,
+            request_timeout: self.request_timeout,
+            timeout: self.timeout,
         })
     }
+
+    /// The fields of `--header` and `--header-file`, in that order.
+    fn fields(&self) -> anyhow::Result<Vec<(HeaderName, HeaderValue)>> {
+        let mut fields = (self.headers.iter())
+            .map(|h| field(h, "--header"))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let Some(f) = &self.header_file else {
+            return Ok(fields);
+        };
+        let bytes = read(f, "--header-file", MAX_HEADER_FILE)?;
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| anyhow::anyhow!("--header-file {}: not UTF-8 text", f.display()))?;
+        let lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+        for (n, line) in lines.filter(|(_, l)| !l.is_empty() && !l.starts_with('#')) {
+            let at = format!("--header-file {} line {n}", f.display());
+            fields.push(field(line, &at)?);
+        }
+        Ok(fields)
+    }
+
+    /// `--concurrency`, or 20 where `--max-requests` affords it (at least 2).
+    fn concurrency(&self) -> usize {
+        (self.concurrency.map(usize::from))
+            .unwrap_or_else(|| self.max_requests.saturating_sub(1).clamp(2, 20))
+    }
+
+    /// The numeric options' bounds.
+    fn bounds(&self) -> anyhow::Result<()> {
+        if self.max_body_bytes > MAX_BODY_LIMIT {
+            anyhow::bail!("--max-body-bytes: at most {MAX_BODY_LIMIT} (1 GiB)");
+        }
+        if self.max_requests == 0 {
+            anyhow::bail!("--max-requests: at least 1");
+        }
+        // The concurrency scenario sends the duplicates and one retry.
+        if let Some(n) = self
+            .concurrency
+            .filter(|n| usize::from(*n) + 1 > self.max_requests)
+        {
+            anyhow::bail!(
+                "--concurrency {n}: the scenario needs {} requests, more than --max-requests {}",
+                n + 1,
+                self.max_requests
+            );
+        }
+        if self.request_timeout.is_zero() || self.timeout.is_zero() {
+            anyhow::bail!("--request-timeout and --timeout: more than 0");
+        }
+        Ok(())
+    }
+}
+
+/// The target URL: `http` or `https` with a host, without user information (credentials
+/// go in `--header`, where they are never printed).
+fn target_url(text: &str) -> anyhow::Result<Uri> {
+    // A URL with user information is never printed: it holds a password.
+    let shown = match text.contains('@') {
+        true => "(with user information)",
+        false => text,
+    };
+    let url: Uri = text
+        .parse()
+        .map_err(|e| anyhow::anyhow!("URL {shown}: {e}"))?;
+    if url.authority().is_some_and(|a| a.as_str().contains('@')) {
+        anyhow::bail!(
+            "URL: user information (user:password@) is not sent; give credentials with \
+             --header 'Authorization: ...'"
+        );
+    }
+    Ok(url)
+}
+
+/// Checks `p` is a JSON Pointer (RFC 6901 §3: `""` or `/`-prefixed tokens, `~` only as
+/// `~0` or `~1`).
+fn pointer(p: &str) -> anyhow::Result<()> {
+    if !(p.is_empty() || p.starts_with('/')) {
+        anyhow::bail!("--id-pointer {p}: a JSON Pointer starts with / (RFC 6901)");
+    }
+    let mut rest = p;
+    while let Some(at) = rest.find('~') {
+        if !matches!(rest.as_bytes().get(at + 1), Some(b'0' | b'1')) {
+            anyhow::bail!("--id-pointer {p}: ~ is written only as ~0 or ~1 (RFC 6901 §3)");
+        }
+        rest = &rest[at + 2..];
+    }
+    Ok(())
 }
 
 fn path_of(url: &Uri) -> String {
@@ -234,19 +315,32 @@ fn second(url: &Uri, second: &str) -> anyhow::Result<String> {
     Ok(path_of(&other))
 }
 
-fn read(file: &std::path::Path, option: &str) -> anyhow::Result<Bytes> {
-    std::fs::read(file)
-        .map(Bytes::from)
-        .map_err(|e| anyhow::anyhow!("{option} {}: {e}", file.display()))
+fn read(file: &std::path::Path, option: &str, limit: u64) -> anyhow::Result<Bytes> {
+    use std::io::Read as _;
+    let at = file.display();
+    let opened = std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{option} {at}: {e}"))?;
+    let mut bytes = Vec::new();
+    (opened.take(limit + 1).read_to_end(&mut bytes))
+        .map_err(|e| anyhow::anyhow!("{option} {at}: {e}"))?;
+    if bytes.len() as u64 > limit {
+        anyhow::bail!("{option} {at}: over {limit} bytes");
+    }
+    Ok(bytes.into())
 }
 
-/// `Name: value` as a header field.
+/// `Name: value` as a header field. Errors name the option and the field's name, never its
+/// value (a credential).
 fn field(line: &str, option: &str) -> anyhow::Result<(HeaderName, HeaderValue)> {
     let (name, value) = line
         .split_once(':')
         .ok_or_else(|| anyhow::anyhow!("{option}: a field without `:` (expected `Name: value`)"))?;
-    let name = HeaderName::from_bytes(name.trim().as_bytes())
-        .map_err(|_| anyhow::anyhow!("{option} {line:?}: {:?} is not a field name", name.trim()))?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+        let shown: String = name.trim().chars().flat_map(char::escape_default).collect();
+        anyhow::anyhow!("{option}: \"{shown}\" is not a field name (RFC 9110 §5.1)")
+    })?;
+    if let Some((_, why)) = OWN_FIELDS.iter().find(|(n, _)| *n == name.as_str()) {
+        anyhow::bail!("{option}: {name} is not accepted: {why}");
+    }
     let value = HeaderValue::from_str(value.trim())
         .map_err(|_| anyhow::anyhow!("{option} {name}: the value is not a field value"))?;
     Ok((name, value))

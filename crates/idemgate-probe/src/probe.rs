@@ -2,10 +2,8 @@
 //! headers), the request budget, fresh idempotency keys, and how an execution is told
 //! apart (the resource id in the answer).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::time::Duration;
-
 use http::{HeaderName, HeaderValue};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 
 use crate::http::{Answer, Exchange, Request, Target};
 use crate::options::{Options, Profile};
@@ -106,14 +104,18 @@ impl Probe {
         self.target.send(request).await
     }
 
-    /// Sends `request` and closes the connection `linger` after writing it.
-    pub async fn abandon(&self, request: &Request, linger: Duration) -> anyhow::Result<()> {
+    /// Sends `request` as a client that leaves ([`Target::abandon`]): the exchange holds
+    /// the answer the server still wrote, if any.
+    ///
+    /// # Errors
+    /// The request could not be sent.
+    pub async fn abandon(&self, request: Request) -> anyhow::Result<Exchange> {
         self.sent.fetch_add(1, SeqCst);
-        self.target.abandon(request, linger).await
+        self.target.abandon(request).await
     }
 
     /// The resource id of an answer: at `--id-pointer` in its JSON body, else its
-    /// `Location` field; `None` when it has neither.
+    /// `Location` field (not a redirect's: 301, 302, 307, 308); `None` when it has neither.
     pub fn id(&self, e: &Exchange) -> Option<String> {
         let a = e.answer.as_ref().ok()?;
         if let Some(pointer) = &self.opts.id_pointer {
@@ -126,6 +128,10 @@ impl Probe {
                 serde_json::Value::Null => None,
                 other => Some(other.to_string()),
             };
+        }
+        // A redirect's Location names where to ask again, not a resource that was made.
+        if matches!(a.status, 301 | 302 | 307 | 308) {
+            return None;
         }
         let location = a.header("location");
         (!location.is_empty()).then(|| location.to_owned())

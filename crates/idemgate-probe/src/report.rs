@@ -1,5 +1,6 @@
 //! What the probe found: a verdict per scenario, the whole report as a table or as JSON
-//! (`{"passed": bool, "scenarios": [{"name", "rule", "status", "required", "detail"}]}`).
+//! (`{"passed": bool, "requests": n, "incomplete": null | "why", "scenarios": [{"name",
+//! "rule", "status", "required", "detail"}]}`).
 
 use std::fmt::Write as _;
 
@@ -86,19 +87,28 @@ pub struct Report {
     pub passed: bool,
     /// Requests sent to the target.
     pub requests: usize,
+    /// Why the run could not finish (`--timeout` passed, the first request got no answer);
+    /// `null` when it finished. An incomplete run exits with 2.
+    pub incomplete: Option<String>,
     /// Every scenario, in the order run.
     pub scenarios: Vec<ScenarioReport>,
 }
 
 impl Report {
-    /// The report of `scenarios`, after `requests` requests.
-    pub fn new(scenarios: Vec<ScenarioReport>, requests: usize) -> Self {
+    /// The report of `scenarios`, after `requests` requests; `incomplete` says why the
+    /// run could not finish.
+    pub fn new(
+        scenarios: Vec<ScenarioReport>,
+        requests: usize,
+        incomplete: Option<String>,
+    ) -> Self {
         let passed = !scenarios
             .iter()
             .any(|s| s.required && s.status == Status::Failed);
         Self {
             passed,
             requests,
+            incomplete,
             scenarios,
         }
     }
@@ -152,10 +162,10 @@ impl Report {
             count(Status::Failed, false),
             count(Status::Skipped, true),
             self.requests,
-            if self.passed {
-                "the contract holds"
-            } else {
-                "the contract is broken"
+            match (&self.incomplete, self.passed) {
+                (Some(why), _) => format!("incomplete: {why}"),
+                (None, true) => "the contract holds".to_owned(),
+                (None, false) => "the contract is broken".to_owned(),
             }
         );
         out

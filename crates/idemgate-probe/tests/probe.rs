@@ -11,45 +11,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use clap::Parser;
-use idemgate_probe::{ProbeArgs, Report, Status};
+use idemgate_probe::Status;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    probe: ProbeArgs,
-}
-
-/// The probe's options from command-line words, with the demo's body in `dir`.
-fn args(dir: &tempfile::TempDir, url: &str, extra: &[&str]) -> ProbeArgs {
-    let body = dir.path().join("req.json");
-    std::fs::write(&body, r#"{"amount": 1000, "currency": "EUR"}"#).unwrap();
-    let mut words = vec!["probe", url, "--body-file", body.to_str().unwrap()];
-    words.extend(["-H", "Authorization: Bearer alice"]);
-    if !extra.contains(&"--id-pointer") {
-        words.extend(["--id-pointer", "/id"]);
-    }
-    words.extend_from_slice(extra);
-    Cli::parse_from(words).probe
-}
-
-async fn probe(args: &ProbeArgs) -> Report {
-    idemgate_probe::run(&args.resolve().unwrap(), None, |_| {})
-        .await
-        .unwrap()
-}
-
-fn failed<'a>(report: &'a Report, name: &str) -> &'a str {
-    let s = report
-        .scenario(name)
-        .unwrap_or_else(|| panic!("no scenario {name}"));
-    assert_eq!(s.status, Status::Failed, "{name}: {}", s.detail);
-    assert!(s.required, "{name}");
-    assert!(report
-        .table()
-        .contains(&format!("{name} failed\n  rule: {}", s.rule)));
-    &s.detail
-}
+mod common;
+use common::{args, failed, probe};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_api_alone_runs_every_retry_again() {
@@ -181,7 +146,14 @@ async fn the_budget_and_the_profile_bound_what_runs() {
 #[test]
 fn bad_options_name_the_option() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&[&str], &str); 4] = [
+    let headers = dir.path().join("headers");
+    std::fs::write(
+        &headers,
+        "# ok\nX-Ok: 1\n\u{feff}Authorization: Bearer secret\n",
+    )
+    .unwrap();
+    let header_file = headers.to_str().unwrap();
+    let cases: [(&[&str], &str); 11] = [
         (
             &["-H", "Authorization Bearer x"],
             "--header: a field without `:`",
@@ -191,12 +163,37 @@ fn bad_options_name_the_option() {
             "--id-pointer id: a JSON Pointer starts with /",
         ),
         (
+            &["--id-pointer", "/a~2b"],
+            "--id-pointer /a~2b: ~ is written only",
+        ),
+        (
             &["--second-url", "http://other:1/x"],
             "--second-url http://other:1/x: must be on",
         ),
         (
             &["-H", "Idempotency-Key: k"],
-            "--header: Idempotency-Key is the probe's to send",
+            "--header: idempotency-key is not accepted",
+        ),
+        (&["-H", "Host: a"], "--header: host is not accepted"),
+        (
+            &["-H", "Content-Length: 5"],
+            "--header: content-length is not accepted",
+        ),
+        (
+            &["--header-file", header_file],
+            "--header-file", // line 3: the BOM makes the name invalid
+        ),
+        (
+            &["--header-file", "/dev/zero"],
+            "--header-file /dev/zero: over 1048576 bytes",
+        ),
+        (
+            &["--concurrency", "200"],
+            "--concurrency 200: the scenario needs 201 requests",
+        ),
+        (
+            &["--failing-body-file", "/dev/zero"],
+            "--failing-body-file /dev/zero: over 16777216 bytes",
         ),
     ];
     for (extra, message) in cases {
@@ -204,11 +201,21 @@ fn bad_options_name_the_option() {
             .resolve()
             .unwrap_err();
         assert!(format!("{e:#}").starts_with(message), "{extra:?}: {e:#}");
-        assert!(
-            !format!("{e:#}").contains("Bearer"),
-            "a header value is never echoed"
-        );
+        for secret in ["Bearer", "secret"] {
+            assert!(
+                !format!("{e:#}").contains(secret),
+                "a value is never echoed: {e:#}"
+            );
+        }
     }
+    let e = args(&dir, "http://user:hunter2@127.0.0.1:9/payments", &[])
+        .resolve()
+        .unwrap_err();
+    assert!(
+        format!("{e:#}").starts_with("URL: user information"),
+        "{e:#}"
+    );
+    assert!(!format!("{e:#}").contains("hunter2"), "{e:#}");
 }
 
 #[test]
@@ -239,7 +246,9 @@ async fn hostile() -> String {
             if headers.contains_key("authorization") && n % 2 == 1 {
                 return (StatusCode::CREATED, vec![b'x'; 5 << 20]).into_response();
             }
-            let body = format!("{{\"id\":\"\\u001b[2J{n}\",\"note\":\"\\u001b]0;owned\\u0007\"}}");
+            let body = format!(
+                "{{\"id\":\"\\u001b[2J{n}\u{202e}\",\"note\":\"\\u001b]0;owned\\u0007\u{2028}\"}}"
+            );
             (
                 StatusCode::CREATED,
                 [("content-type", "application/json")],
@@ -262,7 +271,7 @@ async fn a_hostile_api_never_reaches_the_terminal_nor_fills_memory() {
     assert!(!report.passed);
     let table = report.table();
     assert!(
-        !table.contains('\u{1b}') && !table.contains('\u{7}'),
+        !table.contains(['\u{1b}', '\u{7}', '\u{202e}', '\u{2028}']),
         "{table}"
     );
     assert!(table.contains("\\u{1b}[2J"), "{table}");

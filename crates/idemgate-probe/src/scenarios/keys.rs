@@ -56,9 +56,11 @@ pub(crate) fn all() -> Vec<Scenario> {
         scenario!(
             "key-length-bounds",
             NotARule,
-            2,
+            4,
             bounds,
-            "Keys of exactly 8 and 128 characters are accepted, each its own execution"
+            "Keys of exactly 8 and 128 characters are accepted, each its own execution; \
+             128-character keys that differ only at their start or end are different keys \
+             (the whole key is compared, never a part)"
         ),
         scenario!(
             "key-forms",
@@ -151,21 +153,43 @@ async fn too_long(p: &Probe) -> Verdict {
 
 async fn bounds(p: &Probe) -> Verdict {
     let short = format!("{:08x}", rand::random::<u32>());
-    let long = format!("{:x<128}", p.key());
     let (e8, id8) = match first_of(p, &short).await {
         Ok(found) => found,
         Err(v) => return with("an 8-character key", v),
     };
-    let (e128, id128) = match first_of(p, &long).await {
-        Ok(found) => found,
-        Err(v) => return with("a 128-character key", v),
-    };
-    if id8 == id128 {
-        let why =
-            format!("two keys answered with one id ({id8}): ids do not tell executions apart");
-        return Verdict::failed(why, &[&e8, &e128]);
+    // Three 128-character keys: the second differs from the first only at its end, the
+    // third only at its start, so a server that keeps part of a key runs one of them as a
+    // replay of the first.
+    let (start, end) = (p.key(), p.key());
+    let long = |a: &str, b: &str| format!("{a}{}{b}", "x".repeat(128 - a.len() - b.len()));
+    let keys = [
+        long(&start, &end),
+        long(&start, &p.key()),
+        long(&p.key(), &end),
+    ];
+    let mut seen = vec![(e8, id8)];
+    for (n, key) in keys.iter().enumerate() {
+        let (e, id) = match first_of(p, key).await {
+            Ok(found) => found,
+            Err(v) => return with("a 128-character key", v),
+        };
+        if let Some((other, _)) = seen.iter().find(|(_, known)| *known == id) {
+            let why = match n {
+                0 => format!(
+                    "two keys answered with one id ({id}): ids do not tell executions apart"
+                ),
+                _ => format!(
+                    "two 128-character keys that differ only at their {} got one id ({id}): \
+                     the key is cut short, so other keys replay each other's answers",
+                    if n == 1 { "end" } else { "start" }
+                ),
+            };
+            return Verdict::failed(why, &[other, &e]);
+        }
+        seen.push((e, id));
     }
-    Verdict::Passed(format!("ids {id8} and {id128}"))
+    let ids: Vec<&str> = seen.iter().map(|(_, id)| id.as_str()).collect();
+    Verdict::Passed(format!("ids {}, each key whole", ids.join(", ")))
 }
 
 async fn forms(p: &Probe) -> Verdict {

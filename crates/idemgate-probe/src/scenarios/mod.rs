@@ -96,49 +96,87 @@ pub fn all() -> Vec<Scenario> {
 /// The baseline scenario's name.
 pub const FIRST: &str = "first-request";
 
-/// Runs `scenarios` against `probe`, telling `progress` each one's name before it runs.
-pub async fn run(
-    probe: &Probe,
-    scenarios: &[Scenario],
-    progress: impl Fn(&str),
-) -> Vec<ScenarioReport> {
+/// What a run of the scenarios found: a line per scenario, and why the run could not
+/// finish, if it could not (`--timeout` passed, or the first request got no answer).
+#[derive(Debug)]
+pub struct Outcome {
+    /// Every scenario's line, in the order run.
+    pub reports: Vec<ScenarioReport>,
+    /// Why the run is incomplete; `None` when every scenario ran or was skipped for a
+    /// reason of its own.
+    pub incomplete: Option<String>,
+}
+
+/// Runs `scenarios` against `probe`, telling `progress` each one's name before it runs,
+/// within `--timeout`.
+pub async fn run(probe: &Probe, scenarios: &[Scenario], progress: impl Fn(&str)) -> Outcome {
+    let deadline = tokio::time::Instant::now() + probe.opts.timeout;
     let mut reports = Vec::with_capacity(scenarios.len());
     let mut baseline: Option<String> = None;
+    let mut incomplete = None;
     for s in scenarios {
-        let unmet = s.needs.filter(|n| {
-            let found = reports.iter().find(|r: &&ScenarioReport| r.name == *n);
-            found.is_some_and(|r| r.status != crate::report::Status::Passed)
-        });
         progress(s.name);
         let required = match probe.profile() {
             Profile::Idemgate => true,
             Profile::Ietf => s.ietf == Ietf::Required,
         };
-        let verdict = if probe.profile() == Profile::Ietf && s.ietf == Ietf::NotARule {
-            Verdict::Skipped("not a rule of draft-07 (--profile ietf)".into())
-        } else if let Some(why) = &baseline {
-            Verdict::Skipped(format!("{FIRST} failed: {why}"))
-        } else if let Some(needed) = unmet {
-            Verdict::Skipped(format!(
-                "{needed} did not pass: this scenario would prove nothing"
-            ))
-        } else if !probe.affords(s.cost(probe)) {
-            Verdict::Skipped(format!(
-                "needs up to {} requests, past --max-requests ({} sent)",
-                s.cost(probe),
-                probe.sent()
-            ))
-        } else {
-            (s.run)(probe).await
+        let verdict = match skipped(probe, s, &reports, baseline.as_deref()) {
+            Some(why) => Verdict::Skipped(why),
+            None if incomplete.is_some() => Verdict::Skipped("--timeout passed".into()),
+            None => match tokio::time::timeout_at(deadline, (s.run)(probe)).await {
+                Ok(verdict) => verdict,
+                Err(_) => {
+                    let why = format!("--timeout ({:?}) passed", probe.opts.timeout);
+                    incomplete = Some(why.clone());
+                    Verdict::Skipped(format!("cut off: {why} while it ran"))
+                }
+            },
         };
         if s.name == FIRST {
-            if let Verdict::Failed(why, _) = &verdict {
+            if let Verdict::Failed(why, exchanges) = &verdict {
                 baseline = Some(why.lines().next().unwrap_or("").to_owned());
+                if let Some(Err(e)) = exchanges.first().map(|e| &e.answer) {
+                    incomplete = Some(format!("the first request got no answer: {e}"));
+                }
             }
         }
         reports.push(ScenarioReport::new(s.name, s.rule, required, verdict));
     }
-    reports
+    Outcome {
+        reports,
+        incomplete,
+    }
+}
+
+/// Why `s` is not run: not in the profile, the baseline failed, a scenario it needs did
+/// not pass, or the budget does not cover it.
+fn skipped(
+    probe: &Probe,
+    s: &Scenario,
+    reports: &[ScenarioReport],
+    baseline: Option<&str>,
+) -> Option<String> {
+    let unmet = s.needs.filter(|n| {
+        let found = reports.iter().find(|r| r.name == *n);
+        found.is_some_and(|r| r.status != crate::report::Status::Passed)
+    });
+    if probe.profile() == Profile::Ietf && s.ietf == Ietf::NotARule {
+        Some("not a rule of draft-07 (--profile ietf)".into())
+    } else if let Some(why) = baseline {
+        Some(format!("{FIRST} failed: {why}"))
+    } else if let Some(needed) = unmet {
+        Some(format!(
+            "{needed} did not pass: this scenario would prove nothing"
+        ))
+    } else if !probe.affords(s.cost(probe)) {
+        Some(format!(
+            "needs up to {} requests, past --max-requests ({} sent)",
+            s.cost(probe),
+            probe.sent()
+        ))
+    } else {
+        None
+    }
 }
 
 /// The first request of a new key: `2xx` with an id, or the failure that says why not.

@@ -5,7 +5,7 @@
 use super::replay::same_answer;
 use super::{first, ran_twice, scenario, Scenario};
 use crate::http::{Exchange, Request};
-use crate::probe::{success, Probe};
+use crate::probe::{replayed, stored_form_replay, success, Probe};
 use crate::report::Verdict;
 
 pub(crate) fn all() -> Vec<Scenario> {
@@ -13,19 +13,21 @@ pub(crate) fn all() -> Vec<Scenario> {
         scenario!(
             "second-principal",
             Required,
-            3,
+            4,
             second_principal,
             "The same key from a second principal is its own execution (its own id, never \
-             the first principal's answer), and its retry replays its own (contract: records \
-             scoped to principal, route and key)"
+             the first principal's answer), its retry replays its own, and the first \
+             principal's retry still replays the first (contract: records scoped to \
+             principal, route and key)"
         ),
         scenario!(
             "second-route",
             Required,
-            2,
+            3,
             second_route,
             "The same key on another operation (--second-url) never gets this operation's \
-             answer (contract: records scoped to the route)"
+             answer, and this operation's retry still replays its own (contract: records \
+             scoped to the route)"
         ),
         scenario!(
             "path-double-slash",
@@ -84,14 +86,11 @@ async fn second_principal(p: &Probe) -> Verdict {
         Err(v) => return v,
     };
     let other = p.send(request.clone()).await;
-    let other_id = p.id(&other);
-    let same_body =
-        other.answer.as_ref().ok().map(|a| &a.body) == e.answer.as_ref().ok().map(|a| &a.body);
-    if other_id.as_deref() == Some(id.as_str()) || same_body {
+    if answered_as_first(p, &id, &other) {
         let why = format!("the second principal got the first principal's answer (id {id})");
         return Verdict::failed(why, &[&e, &other]);
     }
-    let Some(other_id) = other_id.filter(|_| success(other.status())) else {
+    let Some(other_id) = p.id(&other).filter(|_| success(other.status())) else {
         let why = format!(
             "the second principal's request was answered {} without an id",
             other.status()
@@ -100,6 +99,9 @@ async fn second_principal(p: &Probe) -> Verdict {
     };
     let again = p.send(request).await;
     if let Err(v) = same_answer(p, &other_id, &other, &again) {
+        return v;
+    }
+    if let Err(v) = still_first(p, &key, &id, &e, "the second principal's").await {
         return v;
     }
     Verdict::Passed(format!(
@@ -119,16 +121,47 @@ async fn second_route(p: &Probe) -> Verdict {
     let mut request = p.request(Some(&key));
     request.path = path;
     let other = p.send(request).await;
-    let same_body =
-        other.answer.as_ref().ok().map(|a| &a.body) == e.answer.as_ref().ok().map(|a| &a.body);
-    if p.id(&other).as_deref() == Some(id.as_str()) || same_body {
+    if answered_as_first(p, &id, &other) {
         let why = format!("the other operation answered with this operation's answer (id {id})");
         return Verdict::failed(why, &[&e, &other]);
     }
+    if let Err(v) = still_first(p, &key, &id, &e, "the other operation's").await {
+        return v;
+    }
     Verdict::Passed(format!(
-        "the other operation answered {} on its own",
+        "the other operation answered {} on its own; this one still replays {id}",
         other.status()
     ))
+}
+
+/// Whether `other` (another principal's or route's request under the key) got the first
+/// answer: the first's id, or a replay (marked, or in a stored form) of it. A body alike
+/// alone proves nothing: the id may be in `Location` only.
+fn answered_as_first(p: &Probe, id: &str, other: &Exchange) -> bool {
+    if let Some(other_id) = p.id(other) {
+        return other_id == id;
+    }
+    other.answer.as_ref().is_ok_and(replayed) || stored_form_replay(other)
+}
+
+/// Retries the key's first request as first sent: it must still replay `id` (another
+/// principal's or route's request, `whose`, did not take the record over).
+async fn still_first(
+    p: &Probe,
+    key: &str,
+    id: &str,
+    e: &Exchange,
+    whose: &str,
+) -> Result<(), Verdict> {
+    let back = p.send(p.request(Some(key))).await;
+    match same_answer(p, id, e, &back) {
+        Ok(()) => Ok(()),
+        Err(Verdict::Failed(d, ex)) => Err(Verdict::Failed(
+            format!("after {whose} request, the first request's retry: {d}"),
+            ex,
+        )),
+        Err(v) => Err(v),
+    }
 }
 
 /// Retries the key's request at `spelled` (the path and query) after a first at the
@@ -157,12 +190,19 @@ async fn retried_as(p: &Probe, label: &str, edit: impl FnOnce(&mut Request)) -> 
     match (p.replay_id(&retry, &id), retry.status()) {
         (Some(_), _) => Verdict::Passed(format!("{label}: replayed {id}")),
         (None, s @ 400..=499) => Verdict::Passed(format!("{label}: refused with {s}")),
+        // A redirect to the canonical spelling, or a method not implemented, ran nothing.
+        (None, s @ (301 | 302 | 307 | 308 | 501)) => {
+            Verdict::Passed(format!("{label}: not run, answered {s}"))
+        }
         (None, s) => refused_badly(label, s, &e, &retry),
     }
 }
 
 fn refused_badly(path: &str, status: u16, e: &Exchange, retry: &Exchange) -> Verdict {
-    let why = format!("{path}: answered {status} without an id: it may have run again (expected the replay or a 4xx)");
+    let why = format!(
+        "{path}: answered {status} without an id: it may have run again (expected the \
+         replay, a 4xx, a redirect or 501)"
+    );
     Verdict::failed(why, &[e, retry])
 }
 

@@ -1,10 +1,13 @@
 //! Other spellings of the operation's JSON body: its top-level members in another order,
-//! other whitespace, and a changed value (for the mismatch scenario).
+//! other whitespace, and a changed value (for the mismatch scenario). Values keep their
+//! text as written (`1e2` stays `1e2`): only the order and the whitespace between members
+//! change.
 
 use std::fmt;
 
 use bytes::Bytes;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::super::{first, ran_twice};
@@ -12,8 +15,8 @@ use super::same_answer;
 use crate::probe::Probe;
 use crate::report::Verdict;
 
-/// A JSON object's members in the order written.
-struct Members(Vec<(String, Value)>);
+/// A JSON object's members in the order written, each value's text as written.
+struct Members(Vec<(String, Box<RawValue>)>);
 
 impl<'de> Deserialize<'de> for Members {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -45,7 +48,7 @@ impl Members {
         let members: Vec<String> = self
             .0
             .iter()
-            .map(|(k, v)| format!("{}:{sep}{v}", Value::String(k.clone())))
+            .map(|(k, v)| format!("{}:{sep}{}", Value::String(k.clone()), v.get()))
             .collect();
         let (open, close) = match sep {
             "" => ("{", "}"),
@@ -64,12 +67,12 @@ pub(crate) fn changed(body: &Bytes) -> Bytes {
             false => [&body[..], b" probe"].concat().into(),
         };
     };
-    let number = m.0.iter_mut().find_map(|(_, v)| v.as_u64().map(|n| (v, n)));
+    let number = (m.0.iter_mut())
+        .find_map(|(_, v)| serde_json::from_str::<u64>(v.get()).ok().map(|n| (v, n)));
+    let raw = |text: String| RawValue::from_string(text).expect("a number or true is JSON");
     match number {
-        Some((v, n)) => *v = Value::from(n.wrapping_add(1)),
-        None => {
-            m.0.push(("idemgate_probe_changed".into(), Value::Bool(true)))
-        }
+        Some((v, n)) => *v = raw(n.wrapping_add(1).to_string()),
+        None => (m.0).push(("idemgate_probe_changed".into(), raw("true".into()))),
     }
     m.write("")
 }
