@@ -314,7 +314,11 @@ impl fmt::Display for Exchange {
         let r = &self.request;
         writeln!(f, "    > {} {}", r.method, shown(r.path.as_bytes()))?;
         for (name, value) in &r.headers {
-            writeln!(f, "    > {name}: {}", shown(value.as_bytes()))?;
+            // Credentials are never printed: only the fields the probe itself varies.
+            match matches!(name.as_str(), "idempotency-key" | "content-type") {
+                true => writeln!(f, "    > {name}: {}", shown(value.as_bytes()))?,
+                false => writeln!(f, "    > {name}: ({} bytes, not shown)", value.len())?,
+            }
         }
         if !r.body.is_empty() {
             writeln!(f, "    > ({} bytes of body)", r.body.len())?;

@@ -118,15 +118,25 @@ impl Probe {
     /// `Location` field (not a redirect's: 301, 302, 307, 308); `None` when it has neither.
     pub fn id(&self, e: &Exchange) -> Option<String> {
         let a = e.answer.as_ref().ok()?;
+        // An error answer never made a resource, whatever its body holds.
+        if a.status >= 400 {
+            return None;
+        }
         if let Some(pointer) = &self.opts.id_pointer {
-            let json: serde_json::Value = serde_json::from_slice(&a.body).ok()?;
-            // Shown on a terminal: control characters escaped. A replay whose stored form
-            // redacted the id holds no id of its own.
-            return match json.pointer(pointer)? {
-                serde_json::Value::String(s) if s == REDACTED && stored_form_changed(a) => None,
-                serde_json::Value::String(s) => Some(crate::http::shown(s.as_bytes())),
-                serde_json::Value::Null => None,
-                other => Some(other.to_string()),
+            // The value's text as written: a number past 2^53 is not rounded.
+            let raw = at_pointer(&a.body, pointer)?;
+            let text = raw.get();
+            if text == "null" {
+                return None;
+            }
+            let Ok(s) = serde_json::from_str::<String>(text) else {
+                return Some(crate::http::shown(text.as_bytes()));
+            };
+            // A replay whose stored form redacted the id holds no id of its own. Shown on a
+            // terminal: control characters escaped.
+            return match s == REDACTED && stored_form_changed(a) {
+                true => None,
+                false => Some(crate::http::shown(s.as_bytes())),
             };
         }
         // A redirect's Location names where to ask again, not a resource that was made.
@@ -152,6 +162,25 @@ impl Probe {
             None => "a Location field (or --id-pointer)".to_owned(),
         }
     }
+}
+
+/// The JSON value at `pointer` (RFC 6901) in `body`, its text as written.
+fn at_pointer(body: &[u8], pointer: &str) -> Option<Box<serde_json::value::RawValue>> {
+    use serde_json::value::RawValue;
+    let mut at: Box<RawValue> = serde_json::from_slice(body).ok()?;
+    for token in pointer.split('/').skip(1) {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        at = match serde_json::from_str::<std::collections::HashMap<String, Box<RawValue>>>(
+            at.get(),
+        ) {
+            Ok(mut members) => members.remove(&token)?,
+            Err(_) => {
+                let items: Vec<Box<RawValue>> = serde_json::from_str(at.get()).ok()?;
+                items.into_iter().nth(token.parse().ok()?)?
+            }
+        };
+    }
+    Some(at)
 }
 
 /// `key` as an RFC 8941 `sf-string`.

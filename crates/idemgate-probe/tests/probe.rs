@@ -34,6 +34,15 @@ async fn the_demo_api_alone_runs_every_retry_again() {
         detail.starts_with("ran 20 times: one key, ids pay_"),
         "{detail}"
     );
+    // Credentials are never printed, in the table or the JSON.
+    assert!(
+        !report.table().contains("Bearer alice"),
+        "{}",
+        report.table()
+    );
+    assert!(!serde_json::to_string(&report)
+        .unwrap()
+        .contains("Bearer alice"));
     // The report counts what it sent; the API charged at least once per keyed request.
     assert!(report.requests <= 200 && ledger.count() >= report.requests - 10);
     let json = serde_json::to_value(&report).unwrap();
@@ -125,6 +134,9 @@ async fn the_budget_and_the_profile_bound_what_runs() {
         "{}",
         report.requests
     );
+    // A required scenario the budget does not cover leaves the run incomplete (exit 2).
+    let why = report.incomplete.as_deref().unwrap_or("");
+    assert!(why.starts_with("--max-requests 12 does not cover"), "{why}");
     let skipped = report.scenario("concurrent-duplicates").unwrap();
     assert_eq!(skipped.status, Status::Skipped);
     assert!(

@@ -120,6 +120,13 @@ pub async fn run(probe: &Probe, scenarios: &[Scenario], progress: impl Fn(&str))
             Profile::Idemgate => true,
             Profile::Ietf => s.ietf == Ietf::Required,
         };
+        if required && incomplete.is_none() && baseline.is_none() && !probe.affords(s.cost(probe)) {
+            // A required rule left unchecked for the budget is not a pass.
+            incomplete = Some(format!(
+                "--max-requests {} does not cover {}, a required scenario",
+                probe.opts.max_requests, s.name
+            ));
+        }
         let verdict = match skipped(probe, s, &reports, baseline.as_deref()) {
             Some(why) => Verdict::Skipped(why),
             None if incomplete.is_some() => Verdict::Skipped("--timeout passed".into()),

@@ -1,0 +1,451 @@
+//! The actions and what each does: a client's send or departure, one step of a gateway's
+//! lifecycle (named as in `idemgate_core::lifecycle`), a store primitive, a crash, a restart,
+//! replication, a failover and a journal's restore.
+
+use crate::state::{Answer, Attempt, Entry, Lease, Phase, Record, State, Stored, Write};
+use crate::Protocol;
+
+/// One step of the system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A client sends the request (or retries it) to a gateway.
+    Send {
+        /// The client's index.
+        client: u8,
+        /// The gateway's index.
+        gateway: u8,
+    },
+    /// A client stops waiting (a timeout, a disconnect); its request goes on.
+    Leave {
+        /// The client's index.
+        client: u8,
+    },
+    /// `Lifecycle::begin`: `insert_or_get` and the decision; with `lost`, an insert lands and
+    /// its answer is lost.
+    Begin {
+        /// The attempt's index in `State::attempts`.
+        attempt: u8,
+        /// The call lands and its answer is lost.
+        lost: bool,
+    },
+    /// `take_over`: compare-and-set on the record read.
+    TakeOver {
+        /// The attempt's index in `State::attempts`.
+        attempt: u8,
+    },
+    /// The holder renews its lease (`renew`, every `lease_ttl / 3`).
+    Renew {
+        /// The attempt's index in `State::attempts`.
+        attempt: u8,
+    },
+    /// The forward: the upstream runs the operation, or answers "nothing done".
+    Forward {
+        /// The attempt's index in `State::attempts`.
+        attempt: u8,
+        /// The upstream answered "nothing done".
+        nothing_done: bool,
+    },
+    /// `PendingOutcome::retry`: the outcome write; with `lost`, it lands and its answer is
+    /// lost (so it is retried).
+    WriteOutcome {
+        /// The attempt's index in `State::attempts`.
+        attempt: u8,
+        /// The call lands and its answer is lost.
+        lost: bool,
+    },
+    /// `reclaim`: the release of what an insert with a lost answer may have left.
+    Reclaim {
+        /// The attempt's index in `State::attempts`.
+        attempt: u8,
+    },
+    /// The store's clock advances.
+    Tick,
+    /// The standby catches up with the primary.
+    Replicate,
+    /// The standby becomes the primary, losing what it had not received.
+    Failover,
+    /// A gateway process dies: its requests vanish, their clients see the connection drop.
+    Crash {
+        /// The gateway's index.
+        gateway: u8,
+    },
+    /// A gateway process starts again (a new run of its journal).
+    Restart {
+        /// The gateway's index.
+        gateway: u8,
+    },
+    /// A gateway writes its journal's entries back after a failover.
+    Restore {
+        /// The gateway's index.
+        gateway: u8,
+    },
+}
+
+/// Every action enabled in `s`.
+pub(crate) fn actions(m: &Protocol, s: &State, out: &mut Vec<Action>) {
+    for (c, &(left, waiting)) in s.clients.iter().enumerate() {
+        let client = c as u8;
+        if waiting {
+            out.push(Action::Leave { client });
+        } else if left > 0 {
+            for (g, gw) in s.gateways.iter().enumerate() {
+                if !gw.down {
+                    let gateway = g as u8;
+                    out.push(Action::Send { client, gateway });
+                }
+            }
+        }
+    }
+    for (i, a) in s.attempts.iter().enumerate() {
+        attempt_actions(m, i as u8, a, out);
+    }
+    if s.now < m.max_time {
+        out.push(Action::Tick);
+    }
+    if s.standby != s.primary {
+        out.push(Action::Replicate);
+    }
+    if s.failovers < m.max_failovers {
+        out.push(Action::Failover);
+    }
+    for (g, gw) in s.gateways.iter().enumerate() {
+        let gateway = g as u8;
+        match gw.down {
+            false if s.crashes < m.max_crashes => out.push(Action::Crash { gateway }),
+            true => out.push(Action::Restart { gateway }),
+            false => {}
+        }
+        if s.gate_closed && !gw.down && !gw.restored {
+            out.push(Action::Restore { gateway });
+        }
+    }
+}
+
+fn attempt_actions(m: &Protocol, attempt: u8, a: &Attempt, out: &mut Vec<Action>) {
+    let lost = [false, true];
+    let lost = &lost[..if m.lost_answers { 2 } else { 1 }];
+    match a.phase {
+        Phase::Begin => out.extend(lost.iter().map(|&lost| Action::Begin { attempt, lost })),
+        Phase::TakeOver(_) => out.push(Action::TakeOver { attempt }),
+        Phase::Held { .. } => {
+            out.push(Action::Renew { attempt });
+            for nothing_done in [false, true] {
+                out.push(Action::Forward {
+                    attempt,
+                    nothing_done,
+                });
+            }
+        }
+        Phase::Outcome { .. } => {
+            out.extend(
+                lost.iter()
+                    .map(|&lost| Action::WriteOutcome { attempt, lost }),
+            );
+        }
+        Phase::Reclaim(_) => out.push(Action::Reclaim { attempt }),
+    }
+}
+
+/// The state after `action` in `last`.
+pub(crate) fn next(m: &Protocol, last: &State, action: Action) -> Option<State> {
+    let mut s = last.clone();
+    match action {
+        Action::Send { client, gateway } => {
+            let c = &mut s.clients[usize::from(client)];
+            (c.0, c.1) = (c.0 - 1, true);
+            s.attempts.push(Attempt {
+                gateway,
+                client: Some(client),
+                phase: Phase::Begin,
+            });
+        }
+        Action::Leave { client } => {
+            s.clients[usize::from(client)].1 = false;
+            for a in s.attempts.iter_mut().filter(|a| a.client == Some(client)) {
+                a.client = None;
+            }
+        }
+        Action::Begin { attempt, lost } => begin(m, &mut s, attempt, lost),
+        Action::TakeOver { attempt } => take_over(m, &mut s, attempt),
+        Action::Renew { attempt } => renew(m, &mut s, attempt),
+        Action::Forward {
+            attempt,
+            nothing_done,
+        } => forward(&mut s, attempt, nothing_done),
+        Action::WriteOutcome { attempt, lost } => write_outcome(&mut s, attempt, lost),
+        Action::Reclaim { attempt } => reclaim(&mut s, attempt),
+        Action::Tick => s.now += 1,
+        Action::Replicate => replicate(&mut s),
+        Action::Failover => failover(m, &mut s),
+        Action::Crash { gateway } => crash(&mut s, gateway),
+        Action::Restart { gateway } => {
+            let gw = &mut s.gateways[usize::from(gateway)];
+            gw.down = false;
+            gw.run += 1;
+        }
+        Action::Restore { gateway } => restore(m, &mut s, gateway),
+    }
+    // Attempts in a canonical order: two states alike but for it are one.
+    s.attempts.sort();
+    Some(s)
+}
+
+/// Ends `attempt` with `answer` to its client, if the client still waits.
+fn answer(s: &mut State, attempt: u8, answer: Answer) {
+    let a = s.attempts.remove(usize::from(attempt));
+    if let Some(c) = a.client {
+        s.clients[usize::from(c)].1 = false;
+        s.answers.push(answer);
+    }
+}
+
+fn phase(s: &mut State, attempt: u8, phase: Phase) {
+    s.attempts[usize::from(attempt)].phase = phase;
+}
+
+/// A new lease on a fresh `in_progress` record of `fence`, journaled before it is handed out.
+fn acquire(m: &Protocol, s: &mut State, fence: u8) -> (Record, Lease) {
+    s.tokens += 1;
+    let record = Record {
+        state: Stored::InProgress,
+        fence,
+        token: s.tokens,
+        lease_end: s.now + m.lease_ttl,
+    };
+    s.primary = Some(record);
+    (
+        record,
+        Lease {
+            fence,
+            token: s.tokens,
+        },
+    )
+}
+
+fn journal(m: &Protocol, s: &mut State, attempt: u8, record: Record) {
+    if m.journal {
+        let g = usize::from(s.attempts[usize::from(attempt)].gateway);
+        let run = s.gateways[g].run;
+        let entry = Entry {
+            record,
+            released: false,
+        };
+        s.gateways[g].journal.push((entry, run));
+    }
+}
+
+/// `Lifecycle::begin`: `insert_or_get`, then `decide` on what it found.
+fn begin(m: &Protocol, s: &mut State, attempt: u8, lost: bool) {
+    let Some(record) = s.primary else {
+        if s.gate_closed {
+            // New keys are refused until every gateway restored its journal.
+            return answer(s, attempt, Answer::Unavailable);
+        }
+        let (record, lease) = acquire(m, s, 1);
+        if lost {
+            // The store inserted; the gateway saw an error and answers 503 after
+            // following the insert up.
+            return phase(s, attempt, Phase::Reclaim(lease));
+        }
+        journal(m, s, attempt, record);
+        return phase(
+            s,
+            attempt,
+            Phase::Held {
+                lease,
+                marked: false,
+            },
+        );
+    };
+    match record.state {
+        Stored::Completed(n) => answer(s, attempt, Answer::Replay(n)),
+        Stored::InProgress if s.now < record.lease_end => answer(s, attempt, Answer::InFlight),
+        Stored::InProgress if m.takeover || m.bugs.takeover_by_default => {
+            phase(s, attempt, Phase::TakeOver(record));
+        }
+        Stored::InProgress => answer(s, attempt, Answer::OutcomeUnknown),
+    }
+}
+
+/// `take_over`: compare-and-set on what `begin` read; fence + 1, a new lease.
+fn take_over(m: &Protocol, s: &mut State, attempt: u8) {
+    let Phase::TakeOver(seen) = s.attempts[usize::from(attempt)].phase else {
+        unreachable!("a take-over's phase")
+    };
+    if s.gate_closed {
+        return answer(s, attempt, Answer::Unavailable);
+    }
+    if s.primary != Some(seen) {
+        // Changed since read: another holder took it, or it completed.
+        return answer(s, attempt, Answer::InFlight);
+    }
+    let (record, lease) = acquire(m, s, seen.fence + 1);
+    journal(m, s, attempt, record);
+    phase(
+        s,
+        attempt,
+        Phase::Held {
+            lease,
+            marked: true,
+        },
+    );
+}
+
+/// `renew`: the lease extended if the record still has its fence and token.
+fn renew(m: &Protocol, s: &mut State, attempt: u8) {
+    let Phase::Held { lease, .. } = s.attempts[usize::from(attempt)].phase else {
+        unreachable!("a holder's phase")
+    };
+    let now = s.now;
+    if let Some(r) = s.primary.as_mut().filter(|r| r.state == Stored::InProgress) {
+        let ours = r.fence == lease.fence && r.token == lease.token;
+        if ours || m.bugs.renew_unfenced {
+            r.lease_end = now + m.lease_ttl;
+            s.stale_write |= !ours;
+        }
+    }
+    // LeaseLost otherwise: nothing changes, the holder goes on to its outcome write.
+}
+
+/// The forward: an execution (its response is the execution's number), or "nothing done".
+fn forward(s: &mut State, attempt: u8, nothing_done: bool) {
+    let Phase::Held { lease, marked } = s.attempts[usize::from(attempt)].phase else {
+        unreachable!("a holder's phase")
+    };
+    let write = match nothing_done {
+        true => Write::Release,
+        false => {
+            s.executions.push(marked);
+            Write::Complete(s.executions.len() as u8)
+        }
+    };
+    phase(s, attempt, Phase::Outcome { lease, write });
+}
+
+/// `PendingOutcome::retry`: lands under the lease's fence and token (a lapsed lease alone
+/// does not stop it), finds that an earlier try landed, or fails with `LeaseLost`.
+fn write_outcome(s: &mut State, attempt: u8, lost: bool) {
+    let a = s.attempts[usize::from(attempt)];
+    let Phase::Outcome { lease, write } = a.phase else {
+        unreachable!("an outcome's phase")
+    };
+    let fresh = match write {
+        Write::Complete(n) => Answer::Fresh(n),
+        Write::Release => Answer::Unavailable,
+    };
+    let Some(r) = s
+        .primary
+        .filter(|r| r.fence == lease.fence && r.token == lease.token)
+    else {
+        // LeaseLost: superseded or gone; the client still gets the upstream's answer.
+        return answer(s, attempt, fresh);
+    };
+    if r.state != Stored::InProgress {
+        // An earlier try landed (`landed()`).
+        return answer(s, attempt, fresh);
+    }
+    match write {
+        Write::Complete(n) => {
+            s.primary = Some(Record {
+                state: Stored::Completed(n),
+                ..r
+            });
+            s.landed.get_or_insert(n);
+        }
+        Write::Release => s.primary = None,
+    }
+    let journal = &mut s.gateways[usize::from(a.gateway)].journal;
+    for (e, _) in journal
+        .iter_mut()
+        .filter(|(e, _)| e.record.token == lease.token)
+    {
+        match write {
+            Write::Complete(n) => e.record.state = Stored::Completed(n),
+            Write::Release => e.released = true,
+        }
+    }
+    if !lost {
+        answer(s, attempt, fresh);
+    }
+}
+
+/// `reclaim`: the fenced release of a record an insert may have left; the client got 503.
+fn reclaim(s: &mut State, attempt: u8) {
+    let Phase::Reclaim(lease) = s.attempts[usize::from(attempt)].phase else {
+        unreachable!("a reclaim's phase")
+    };
+    let ours = |r: &Record| r.fence == lease.fence && r.token == lease.token;
+    if s.primary
+        .is_some_and(|r| ours(&r) && r.state == Stored::InProgress)
+    {
+        s.primary = None;
+    }
+    answer(s, attempt, Answer::Unavailable);
+}
+
+/// The standby catches up; journal entries whose outcome it now holds are dropped.
+fn replicate(s: &mut State) {
+    s.standby = s.primary;
+    for gw in &mut s.gateways {
+        gw.journal
+            .retain(|(e, _)| !e.released && e.record.state == Stored::InProgress);
+    }
+}
+
+/// The standby becomes the primary. With the journal, new keys are refused until every
+/// gateway restored its entries.
+fn failover(m: &Protocol, s: &mut State) {
+    s.primary = s.standby;
+    s.failovers += 1;
+    if m.journal {
+        s.gate_closed = true;
+        for gw in &mut s.gateways {
+            gw.restored = false;
+        }
+    }
+}
+
+fn crash(s: &mut State, gateway: u8) {
+    s.crashes += 1;
+    s.gateways[usize::from(gateway)].down = true;
+    let (gone, kept) = (s.attempts.iter()).partition(|a| a.gateway == gateway);
+    s.attempts = kept;
+    for a in gone {
+        if let Some(c) = a.client {
+            s.clients[usize::from(c)].1 = false;
+        }
+    }
+}
+
+/// The journal's restore: an entry is written back where the store holds no record of the
+/// key, or an `in_progress` one with a lower fence, or the same fence under another token;
+/// a completed record is never overwritten. An `in_progress` entry of this run gets a live
+/// lease; one of an earlier run a lapsed one (a retry gets `outcome-unknown`).
+fn restore(m: &Protocol, s: &mut State, gateway: u8) {
+    let g = usize::from(gateway);
+    let run = s.gateways[g].run;
+    let entries = s.gateways[g].journal.clone();
+    for (e, written_in) in entries.into_iter().filter(|(e, _)| !e.released) {
+        if m.bugs.journal_ignored {
+            break;
+        }
+        let replaces = match s.primary {
+            None => true,
+            Some(r) if r.state == Stored::InProgress => {
+                r.fence < e.record.fence || (r.fence == e.record.fence && r.token != e.record.token)
+            }
+            Some(_) => false,
+        };
+        if replaces {
+            let live = e.record.state == Stored::InProgress && written_in == run;
+            let lease_end = if live { s.now + m.lease_ttl } else { s.now };
+            s.primary = Some(Record {
+                lease_end,
+                ..e.record
+            });
+            s.restores += 1;
+        }
+    }
+    s.gateways[g].restored = true;
+    s.gate_closed = s.gateways.iter().any(|gw| !gw.restored);
+}
