@@ -33,6 +33,10 @@ const SHOWN_BODY: usize = 300;
 /// streams without end cannot fill the probe's memory).
 pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
+/// Most header fields of an answer read (hyper's default is 100: a replay that repeats
+/// every field of a rich answer may carry more).
+pub const MAX_ANSWER_FIELDS: usize = 1024;
+
 /// Where requests go: the target URL's scheme and authority.
 #[derive(Clone)]
 pub struct Target {
@@ -144,7 +148,11 @@ impl Target {
             Err(_) => anyhow::bail!("not sent within {:?}", self.timeout),
         };
         // The request is already on the wire: hyper parses the answer, its writes dropped.
-        let answer = self.within(answer_on(Box::new(ReadOnly(io)), &self.authority, &request));
+        let answer = self.within(answer_on(
+            Box::new(ReadOnly { io, written: false }),
+            &self.authority,
+            &request,
+        ));
         let answer = answer.await;
         Ok(Exchange { request, answer })
     }
@@ -188,8 +196,10 @@ impl Target {
 /// Sends `request` on `io` (`Host: authority`) and reads its answer, at most
 /// [`MAX_ANSWER_BYTES`] of body.
 async fn answer_on(io: Box<dyn Io>, authority: &str, request: &Request) -> anyhow::Result<Answer> {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
-    let driver = tokio::spawn(conn);
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .max_headers(MAX_ANSWER_FIELDS)
+        .handshake(TokioIo::new(io))
+        .await?;
     let mut builder = http::Request::builder()
         .method(request.method.clone())
         .uri(request.path.as_str())
@@ -198,8 +208,13 @@ async fn answer_on(io: Box<dyn Io>, authority: &str, request: &Request) -> anyho
         builder = builder.header(name, value);
     }
     let req = builder.body(Full::new(request.body.clone()))?;
+    // Queued before the connection is first polled: an answer already waiting on it (a
+    // client that left reads one) is then the answer to this request, not an unexpected
+    // message.
+    let sent = sender.send_request(req);
+    let driver = tokio::spawn(conn);
     let answer = async {
-        let (parts, body) = sender.send_request(req).await?.into_parts();
+        let (parts, body) = sent.await?.into_parts();
         let body = http_body_util::Limited::new(body, MAX_ANSWER_BYTES);
         let body = body.collect().await.map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Answer {
@@ -213,8 +228,13 @@ async fn answer_on(io: Box<dyn Io>, authority: &str, request: &Request) -> anyho
     answer
 }
 
-/// A connection whose writes are dropped: the answer to a request already written.
-struct ReadOnly(Box<dyn Io>);
+/// A connection whose writes are dropped: the answer to a request already written. Reads
+/// wait for the first write: hyper's client takes bytes that arrive before it has written
+/// its request as an unexpected message, and the answer may already be waiting.
+struct ReadOnly {
+    io: Box<dyn Io>,
+    written: bool,
+}
 
 impl AsyncRead for ReadOnly {
     fn poll_read(
@@ -222,16 +242,22 @@ impl AsyncRead for ReadOnly {
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        if !self.written {
+            // Polled again at once: the write comes in the same pass of hyper's connection.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for ReadOnly {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        self.written = true;
         Poll::Ready(Ok(buf.len()))
     }
 

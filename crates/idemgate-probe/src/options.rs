@@ -267,17 +267,22 @@ impl ProbeArgs {
 /// The target URL: `http` or `https` with a host, without user information (credentials
 /// go in `--header`, where they are never printed).
 fn target_url(text: &str) -> anyhow::Result<Uri> {
-    // A URL with user information is never printed: it holds a password.
+    url_option(text, "URL")
+}
+
+/// `text` as the URL of `option`, refused with user information (`user:password@`), which
+/// is never printed: it holds a password.
+fn url_option(text: &str, option: &str) -> anyhow::Result<Uri> {
     let shown = match text.contains('@') {
         true => "(with user information)",
         false => text,
     };
     let url: Uri = text
         .parse()
-        .map_err(|e| anyhow::anyhow!("URL {shown}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("{option} {shown}: {e}"))?;
     if url.authority().is_some_and(|a| a.as_str().contains('@')) {
         anyhow::bail!(
-            "URL: user information (user:password@) is not sent; give credentials with \
+            "{option}: user information (user:password@) is not sent; give credentials with \
              --header 'Authorization: ...'"
         );
     }
@@ -306,9 +311,7 @@ fn path_of(url: &Uri) -> String {
 }
 
 fn second(url: &Uri, second: &str) -> anyhow::Result<String> {
-    let other: Uri = second
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--second-url {second}: {e}"))?;
+    let other = url_option(second, "--second-url")?;
     if other.authority() != url.authority() || other.scheme() != url.scheme() {
         anyhow::bail!("--second-url {second}: must be on the same scheme, host and port as URL");
     }

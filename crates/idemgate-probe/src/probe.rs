@@ -4,6 +4,8 @@
 
 use http::{HeaderName, HeaderValue};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::Mutex;
+use tokio::time::Instant;
 
 use crate::http::{Answer, Exchange, Request, Target};
 use crate::options::{Options, Profile};
@@ -25,6 +27,24 @@ pub struct Probe {
     keys: AtomicU64,
     /// This run's part of every key, so that two runs never share one.
     run: u64,
+    /// The URL a relative `Location` is resolved against (RFC 9110 §10.2.2).
+    base: Option<url::Url>,
+    /// Every key whose first request ran, in the order run: retried at the end of the run
+    /// to check its record was kept.
+    firsts: Mutex<Vec<Ran>>,
+}
+
+/// A key whose first request (the operation's own, as the first principal) ran.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    /// The idempotency key.
+    pub key: String,
+    /// The id its first answer holds.
+    pub id: String,
+    /// When that answer came.
+    pub at: Instant,
+    /// The key lifetime the answer advertised (`Idempotency-Key-Lifetime`, seconds).
+    pub lifetime: Option<u64>,
 }
 
 impl Probe {
@@ -32,10 +52,12 @@ impl Probe {
     pub fn new(target: Target, opts: Options) -> Self {
         Self {
             target,
-            opts,
             sent: AtomicUsize::new(0),
             keys: AtomicU64::new(0),
             run: rand::random(),
+            base: url::Url::parse(&opts.url.to_string()).ok(),
+            firsts: Mutex::default(),
+            opts,
         }
     }
 
@@ -98,6 +120,22 @@ impl Probe {
         Some(request)
     }
 
+    /// Notes that `ran`'s key ran: [`Self::ran`] lists it.
+    pub fn remember(&self, ran: Ran) {
+        self.firsts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ran);
+    }
+
+    /// Every key whose first request ran ([`Self::remember`]), oldest first.
+    pub fn ran(&self) -> Vec<Ran> {
+        self.firsts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Sends `request`, counted against the budget.
     pub async fn send(&self, request: Request) -> Exchange {
         self.sent.fetch_add(1, SeqCst);
@@ -144,7 +182,14 @@ impl Probe {
             return None;
         }
         let location = a.header("location");
-        (!location.is_empty()).then(|| location.to_owned())
+        (!location.is_empty()).then(|| self.resolved(location))
+    }
+
+    /// `location` resolved against the target URL (RFC 3986 §5), so that `/v1/charges/7`
+    /// and `http://host/v1/charges/7` are one id; as written when it does not resolve.
+    pub fn resolved(&self, location: &str) -> String {
+        let joined = self.base.as_ref().and_then(|b| b.join(location).ok());
+        joined.map_or_else(|| location.to_owned(), String::from)
     }
 
     /// The id `e` answers with, where `first_id` is the key's first answer's: its own id,
@@ -212,4 +257,21 @@ pub(crate) fn stored_form_replay(e: &Exchange) -> bool {
 /// Whether `status` is `2xx`.
 pub(crate) fn success(status: u16) -> bool {
     (200..300).contains(&status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at_pointer;
+
+    #[test]
+    fn a_pointer_keeps_the_value_as_written() {
+        // 2^53 + 1: an f64 would read it as 2^53, and two ids as one.
+        let body = br#"{"id": 9007199254740993, "b": {"c/d": [0, {"~e": "v"}]}}"#;
+        let text = |p: &str| at_pointer(body, p).map(|v| v.get().to_owned());
+        assert_eq!(text("/id").as_deref(), Some("9007199254740993"));
+        assert_eq!(text("/b/c~1d/1/~0e").as_deref(), Some("\"v\""));
+        assert_eq!(text("/b/c~1d/2"), None);
+        assert_eq!(text("/missing"), None);
+        assert!(at_pointer(b"not json", "/id").is_none());
+    }
 }

@@ -63,15 +63,18 @@ async fn a_record_taken_over_by_another_principal_or_route_fails() {
     let mut a = args(&dir, &format!("{base}/payments"), &words);
     a.id_pointer = None; // ids from Location
     let report = probe(&a).await;
-    // The constant body is not taken for the first answer: the ids differ.
+    // The constant body is not taken for the first answer: the ids differ. The two first
+    // requests go at once, so whichever wrote last took the record, and the other's
+    // retry runs again.
     for (name, whose) in [
         ("second-principal", "the second principal's"),
         ("second-route", "the other operation's"),
     ] {
         let detail = failed(&report, name);
-        let expected = format!("after {whose} request, the first request's retry: ran twice");
-        assert!(detail.starts_with(&expected), "{name}: {detail}");
-        assert!(detail.contains("/payments/pay_"), "{name}: {detail}");
+        let first = format!("after {whose} request, the first request's retry: ran twice");
+        let either = detail.starts_with(&first) || detail.starts_with("ran twice: one key");
+        assert!(either, "{name}: {detail}");
+        assert!(detail.contains("/pay_"), "{name}: {detail}");
     }
     // What it keeps alone: a replay of the same request.
     let replay = report.scenario("replay-same-request").unwrap();
@@ -194,7 +197,7 @@ async fn a_silent_api_ends_the_run_incomplete() {
     let report = probe(&a).await;
     let why = report.incomplete.as_deref().unwrap_or("");
     assert!(
-        why.starts_with("the first request got no answer: no answer within 1s"),
+        why.starts_with("first-request failed: the first request of a new key got no answer: no answer within 1s"),
         "{why}"
     );
     // The run's deadline cuts a scenario off mid-way (the first waits 30 s per request).

@@ -7,17 +7,15 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use super::replay::same_answer;
-use super::{scenario, Ietf, Scenario};
+use super::{scenario, settled, Ietf, Scenario};
 use crate::http::Exchange;
 use crate::options::Profile;
 use crate::probe::{replayed, stored_form_replay, success, Probe};
 use crate::report::Verdict;
 
-/// Most retries of a request answered `409` while its first is in flight.
+/// Most retries of a request answered `409` while its first is in flight (within
+/// `--request-timeout`: [`settled`]).
 const IN_FLIGHT_RETRIES: usize = 20;
-
-/// Longest wait between such retries, whatever `Retry-After` says.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 pub(crate) fn duplicates() -> Scenario {
     let mut s = scenario!(
@@ -115,36 +113,12 @@ fn in_flight(p: &Probe, e: &Exchange) -> Result<(), Verdict> {
     Ok(())
 }
 
-/// Sends the key's request until it is not answered `409` (waiting `Retry-After`, at most
-/// [`MAX_BACKOFF`]), at most [`IN_FLIGHT_RETRIES`] times.
-async fn settled(p: &Probe, key: &str) -> Exchange {
-    let mut e = p.send(p.request(Some(key))).await;
-    for _ in 1..IN_FLIGHT_RETRIES {
-        if e.status() != 409 {
-            break;
-        }
-        let after = e
-            .answer
-            .as_ref()
-            .ok()
-            .and_then(|a| a.header("retry-after").parse().ok());
-        tokio::time::sleep(
-            after
-                .map_or(MAX_BACKOFF, Duration::from_secs)
-                .min(MAX_BACKOFF),
-        )
-        .await;
-        e = p.send(p.request(Some(key))).await;
-    }
-    e
-}
-
 async fn left(p: &Probe) -> Verdict {
     let key = p.key();
     let retried = async {
         // The abandoned request reaches the server before its retry.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        settled(p, &key).await
+        settled(p, p.request(Some(&key)), IN_FLIGHT_RETRIES).await
     };
     let (abandoned, retry) = tokio::join!(p.abandon(p.request(Some(&key))), retried);
     let abandoned = match abandoned {
@@ -152,10 +126,14 @@ async fn left(p: &Probe) -> Verdict {
         Err(e) => return Verdict::Failed(format!("could not send the request: {e:#}"), vec![]),
     };
     if !success(retry.status()) {
-        let why = format!(
-            "the retry after a disconnect was answered {}",
-            retry.status()
-        );
+        let why = match retry.status() {
+            409 => format!(
+                "the retry after a disconnect was still answered 409 when its retries ended \
+                 (at most {IN_FLIGHT_RETRIES} within --request-timeout, {:?})",
+                p.opts.request_timeout
+            ),
+            s => format!("the retry after a disconnect was answered {s}"),
+        };
         return Verdict::failed(why, &[&abandoned, &retry]);
     }
     let Some(id) = p.id(&retry) else {

@@ -189,9 +189,12 @@ async fn get_twice(p: &Probe) -> Verdict {
     let location = e
         .answer
         .as_ref()
-        .map(|a| a.header("location").to_owned())
+        .map(|a| a.header("location"))
+        .ok()
+        .filter(|l| !l.is_empty())
+        .map(|l| p.resolved(l))
         .unwrap_or_default();
-    // An absolute Location on the probed host is fetched by its path.
+    // A Location on the probed host is fetched by its path.
     let location = match location.parse::<http::Uri>() {
         Ok(uri) if uri.authority().is_some() && uri.authority() == p.opts.url.authority() => uri
             .path_and_query()

@@ -3,19 +3,22 @@
 //! `#missing-key`, `#invalid-key`; draft-07 §2.1 and §2.7).
 
 use super::{first as first_of, refused, scenario, Scenario, FIRST};
-use crate::options::Profile;
-use crate::probe::{replayed, Probe};
+use crate::http::Exchange;
+use crate::probe::Probe;
 use crate::report::Verdict;
 
-/// The baseline: a keyed request runs and answers with an id.
+/// The baseline: a keyed request runs and answers with an id, and another key's with
+/// another: without that, no other scenario can tell one execution from two.
 pub(crate) fn first() -> Scenario {
     let mut s = scenario!(
         "first-request",
         Required,
-        1,
+        2,
         baseline,
-        "A keyed request runs the operation once and answers 2xx with the resource's id \
-         (--id-pointer or Location), not marked as a replay"
+        "A keyed request runs the operation and answers 2xx with the resource's id \
+         (--id-pointer or Location); the same request under another key is another \
+         operation with another id. Without both the probe cannot judge: the run is \
+         incomplete (exit 2)"
     );
     s.name = FIRST;
     s
@@ -63,6 +66,15 @@ pub(crate) fn all() -> Vec<Scenario> {
              (the whole key is compared, never a part)"
         ),
         scenario!(
+            "key-compared-whole",
+            Required,
+            4,
+            whole,
+            "Keys are compared whole and case-sensitively: keys that differ only in letter \
+             case, or only in one character at their middle, are different keys, each its \
+             own execution (draft-07 §2.1: the key is an sf-string, compared as written)"
+        ),
+        scenario!(
             "key-forms",
             NotARule,
             2,
@@ -96,16 +108,58 @@ pub(crate) fn all() -> Vec<Scenario> {
 }
 
 async fn baseline(p: &Probe) -> Verdict {
-    let key = p.key();
-    let (e, id) = match first_of(p, &key).await {
+    let (one, two) = (p.key(), p.key());
+    let (e1, id1) = match first_of(p, &one).await {
         Ok(found) => found,
         Err(v) => return v,
     };
-    let a = e.answer.as_ref().expect("a 2xx answer");
-    if p.profile() == Profile::Idemgate && replayed(a) {
-        return Verdict::failed("a first request is marked Idempotent-Replayed", &[&e]);
+    let (e2, id2) = match first_of(p, &two).await {
+        Ok(found) => found,
+        Err(v) => return v,
+    };
+    if id1 == id2 {
+        let why = format!(
+            "two keys answered with one id (\"{id1}\"): ids do not tell executions apart \
+             (another --id-pointer?)"
+        );
+        return Verdict::failed(why, &[&e1, &e2]);
     }
-    Verdict::Passed(format!("{} with id {id}", a.status))
+    Verdict::Passed(format!(
+        "{} with id \"{id1}\"; another key, id \"{id2}\"",
+        e1.status()
+    ))
+}
+
+async fn whole(p: &Probe) -> Verdict {
+    // A key in capitals beside the same in lower case, and two keys that differ in one
+    // character at their middle: four keys, four executions.
+    let lower = p.key();
+    let (mid_a, mid_b) = (
+        format!("{}-m-{}", p.key(), p.key()),
+        format!("{}-n-{}", p.key(), p.key()),
+    );
+    let keys = [
+        (lower.clone(), ""),
+        (lower.to_ascii_uppercase(), "only in letter case"),
+        (mid_a, ""),
+        (mid_b, "only at their middle"),
+    ];
+    let mut seen: Vec<(Exchange, String)> = Vec::new();
+    for (key, differs) in keys {
+        let (e, id) = match first_of(p, &key).await {
+            Ok(found) => found,
+            Err(v) => return v,
+        };
+        if let Some((other, _)) = seen.iter().find(|(_, known)| *known == id) {
+            let why = format!(
+                "two keys that differ {differs} got one answer (id \"{id}\"): the key is not \
+                 compared whole, so one client's request is answered with another's"
+            );
+            return Verdict::failed(why, &[other, &e]);
+        }
+        seen.push((e, id));
+    }
+    Verdict::Passed("keys differing only in letter case or at their middle ran apart".into())
 }
 
 async fn missing(p: &Probe) -> Verdict {

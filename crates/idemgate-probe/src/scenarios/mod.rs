@@ -2,18 +2,26 @@
 //! answers against one rule of the contract. An execution is told apart by the resource id
 //! in the answer ([`Probe::id`]): two ids for one key mean the operation ran twice.
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use futures_util::future::BoxFuture;
 
-use crate::http::Exchange;
+use crate::http::{Exchange, Request};
 use crate::options::Profile;
-use crate::probe::{success, Probe};
+use crate::probe::{success, Probe, Ran};
 use crate::report::{ScenarioReport, Verdict};
 
 mod concurrency;
 mod edges;
+mod kept;
 mod keys;
 mod replay;
 mod scope;
+
+/// The first wait before a request answered `409` is sent again ([`settled`]).
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How the `ietf` profile (draft-07) treats a scenario; the `idemgate` profile requires
 /// every one.
@@ -90,6 +98,8 @@ pub fn all() -> Vec<Scenario> {
     all.push(concurrency::disconnect());
     all.extend(scope::all());
     all.extend(edges::all());
+    // Last: the records of every key run so far must still be there.
+    all.push(kept::kept());
     all
 }
 
@@ -112,7 +122,8 @@ pub struct Outcome {
 pub async fn run(probe: &Probe, scenarios: &[Scenario], progress: impl Fn(&str)) -> Outcome {
     let deadline = tokio::time::Instant::now() + probe.opts.timeout;
     let mut reports = Vec::with_capacity(scenarios.len());
-    let mut baseline: Option<String> = None;
+    // Why no further scenario runs: the baseline failed, the API stopped, --timeout passed.
+    let mut stopped: Option<String> = None;
     let mut incomplete = None;
     for s in scenarios {
         progress(s.name);
@@ -120,33 +131,31 @@ pub async fn run(probe: &Probe, scenarios: &[Scenario], progress: impl Fn(&str))
             Profile::Idemgate => true,
             Profile::Ietf => s.ietf == Ietf::Required,
         };
-        if required && incomplete.is_none() && baseline.is_none() && !probe.affords(s.cost(probe)) {
+        if required && incomplete.is_none() && !probe.affords(s.cost(probe)) {
             // A required rule left unchecked for the budget is not a pass.
             incomplete = Some(format!(
                 "--max-requests {} does not cover {}, a required scenario",
                 probe.opts.max_requests, s.name
             ));
         }
-        let verdict = match skipped(probe, s, &reports, baseline.as_deref()) {
+        let verdict = match skipped(probe, s, &reports, stopped.as_deref()) {
             Some(why) => Verdict::Skipped(why),
-            None if incomplete.is_some() => Verdict::Skipped("--timeout passed".into()),
             None => match tokio::time::timeout_at(deadline, (s.run)(probe)).await {
-                Ok(verdict) => verdict,
+                Ok(verdict) => cut_short(probe, s.name, verdict).await,
                 Err(_) => {
                     let why = format!("--timeout ({:?}) passed", probe.opts.timeout);
-                    incomplete = Some(why.clone());
-                    Verdict::Skipped(format!("cut off: {why} while it ran"))
-                }
-            },
-        };
-        if s.name == FIRST {
-            if let Verdict::Failed(why, exchanges) = &verdict {
-                baseline = Some(why.lines().next().unwrap_or("").to_owned());
-                if let Some(Err(e)) = exchanges.first().map(|e| &e.answer) {
-                    incomplete = Some(format!("the first request got no answer: {e}"));
+                    Err((
+                        why.clone(),
+                        Verdict::Skipped(format!("cut off: {why} while it ran")),
+                    ))
                 }
             }
-        }
+            .unwrap_or_else(|(why, verdict)| {
+                stopped = Some(why.clone());
+                incomplete = Some(why);
+                verdict
+            }),
+        };
         reports.push(ScenarioReport::new(s.name, s.rule, required, verdict));
     }
     Outcome {
@@ -155,13 +164,42 @@ pub async fn run(probe: &Probe, scenarios: &[Scenario], progress: impl Fn(&str))
     }
 }
 
-/// Why `s` is not run: not in the profile, the baseline failed, a scenario it needs did
+/// `verdict` of the scenario `name`, or why the run cannot go on and the verdict to report:
+/// the baseline failed (the API's answers cannot be judged), or a failure with an exchange
+/// that got no answer, and the API now refuses connections (it stopped, which is no rule
+/// broken).
+async fn cut_short(
+    probe: &Probe,
+    name: &str,
+    verdict: Verdict,
+) -> Result<Verdict, (String, Verdict)> {
+    let Verdict::Failed(why, exchanges) = &verdict else {
+        return Ok(verdict);
+    };
+    if name == FIRST {
+        let why = why.lines().next().unwrap_or("");
+        return Err((format!("{FIRST} failed: {why}"), verdict));
+    }
+    if exchanges.iter().all(|e| e.answer.is_ok()) {
+        return Ok(verdict);
+    }
+    match probe.target.reachable().await {
+        Ok(()) => Ok(verdict),
+        Err(e) => {
+            let why = format!("the API stopped answering during {name}: {e:#}");
+            let cut = Verdict::Skipped(format!("cut off: {why}"));
+            Err((why, cut))
+        }
+    }
+}
+
+/// Why `s` is not run: not in the profile, the run stopped, a scenario it needs did
 /// not pass, or the budget does not cover it.
 fn skipped(
     probe: &Probe,
     s: &Scenario,
     reports: &[ScenarioReport],
-    baseline: Option<&str>,
+    stopped: Option<&str>,
 ) -> Option<String> {
     let unmet = s.needs.filter(|n| {
         let found = reports.iter().find(|r| r.name == *n);
@@ -169,8 +207,8 @@ fn skipped(
     });
     if probe.profile() == Profile::Ietf && s.ietf == Ietf::NotARule {
         Some("not a rule of draft-07 (--profile ietf)".into())
-    } else if let Some(why) = baseline {
-        Some(format!("{FIRST} failed: {why}"))
+    } else if let Some(why) = stopped {
+        Some(why.to_owned())
     } else if let Some(needed) = unmet {
         Some(format!(
             "{needed} did not pass: this scenario would prove nothing"
@@ -189,23 +227,65 @@ fn skipped(
 /// The first request of a new key: `2xx` with an id, or the failure that says why not.
 pub(crate) async fn first(p: &Probe, key: &str) -> Result<(Exchange, String), Verdict> {
     let e = p.send(p.request(Some(key))).await;
+    let id = ran_first(p, key, &e)?;
+    Ok((e, id))
+}
+
+/// The id of `e`, the answer to `key`'s first request as the operation's own: `2xx` with an
+/// id (remembered for [`kept`]), or the failure that says why not.
+pub(crate) fn ran_first(p: &Probe, key: &str, e: &Exchange) -> Result<String, Verdict> {
+    if let Err(no) = &e.answer {
+        let why = format!("the first request of a new key got no answer: {no}");
+        return Err(Verdict::failed(why, &[e]));
+    }
     if !success(e.status()) {
         let why = format!(
             "the first request of a new key was answered {}: expected 2xx",
             e.status()
         );
-        return Err(Verdict::failed(why, &[&e]));
+        return Err(Verdict::failed(why, &[e]));
     }
-    match p.id(&e) {
-        Some(id) => Ok((e, id)),
-        None => {
-            let why = format!(
-                "the first request of a new key has no id in {}",
-                p.id_source()
-            );
-            Err(Verdict::failed(why, &[&e]))
+    let Some(id) = p.id(e) else {
+        let why = format!(
+            "the first request of a new key has no id in {}",
+            p.id_source()
+        );
+        return Err(Verdict::failed(why, &[e]));
+    };
+    let lifetime = e.answer.as_ref().ok();
+    let lifetime = lifetime.and_then(|a| a.header("idempotency-key-lifetime").parse().ok());
+    p.remember(Ran {
+        key: key.to_owned(),
+        id: id.clone(),
+        at: Instant::now(),
+        lifetime,
+    });
+    Ok(id)
+}
+
+/// Sends `request` until it is not answered `409` (a request of its key still in flight),
+/// at most `tries` times within `--request-timeout`: each wait honours `Retry-After` and
+/// doubles from [`FIRST_BACKOFF`], at most an eighth of that time (a quarter when
+/// `Retry-After` asks for more).
+pub(crate) async fn settled(p: &Probe, request: Request, tries: usize) -> Exchange {
+    let window = p.opts.request_timeout;
+    let started = Instant::now();
+    let mut backoff = FIRST_BACKOFF;
+    let mut e = p.send(request.clone()).await;
+    for _ in 1..tries {
+        let left = window.saturating_sub(started.elapsed());
+        if e.status() != 409 || left.is_zero() {
+            break;
         }
+        let asked = (e.answer.as_ref().ok())
+            .and_then(|a| a.header("retry-after").parse().ok())
+            .map(Duration::from_secs);
+        let wait = asked.unwrap_or_default().max(backoff).min(window / 4);
+        tokio::time::sleep(wait.min(left)).await;
+        backoff = (backoff * 2).min(window / 8);
+        e = p.send(request.clone()).await;
     }
+    e
 }
 
 /// A failure when `e` holds an id other than `first`'s: the operation ran twice.

@@ -3,7 +3,7 @@
 //! contract": records are scoped to principal, route and key; `#ambiguous-path`).
 
 use super::replay::same_answer;
-use super::{first, ran_twice, scenario, Scenario};
+use super::{first, ran_first, ran_twice, scenario, settled, Scenario};
 use crate::http::{Exchange, Request};
 use crate::probe::{replayed, stored_form_replay, success, Probe};
 use crate::report::Verdict;
@@ -13,21 +13,21 @@ pub(crate) fn all() -> Vec<Scenario> {
         scenario!(
             "second-principal",
             Required,
-            4,
+            2 * PAIR_TRIES + 2,
             second_principal,
-            "The same key from a second principal is its own execution (its own id, never \
-             the first principal's answer), its retry replays its own, and the first \
-             principal's retry still replays the first (contract: records scoped to \
-             principal, route and key)"
+            "The same key from a second principal, sent at the same time, is its own \
+             execution (its own id, never the first principal's answer), its retry replays \
+             its own, and the first principal's retry still replays the first (contract: \
+             records scoped to principal, route and key)"
         ),
         scenario!(
             "second-route",
             Required,
-            3,
+            2 * PAIR_TRIES + 2,
             second_route,
-            "The same key on another operation (--second-url) never gets this operation's \
-             answer, and this operation's retry still replays its own (contract: records \
-             scoped to the route)"
+            "The same key on another operation (--second-url), sent at the same time, never \
+             gets this operation's answer; each operation's retry replays its own (contract: \
+             records scoped to the route)"
         ),
         scenario!(
             "path-double-slash",
@@ -76,18 +76,37 @@ async fn method_case(p: &Probe) -> Verdict {
     retried_as(p, &lower, |r| r.method = method).await
 }
 
+/// Most sends of each request of the pair sent at once, while the other is in flight
+/// ([`settled`]).
+const PAIR_TRIES: usize = 5;
+
+/// Sends the key's first request and `other` (another principal's or route's) at once,
+/// each until it is not answered `409`: a server that shares a record or lock between
+/// them only while one is in flight shows it here. The first's id, or why it has none.
+async fn at_once(
+    p: &Probe,
+    key: &str,
+    other: Request,
+) -> (Result<String, Verdict>, Exchange, Exchange) {
+    let (e, other) = tokio::join!(
+        settled(p, p.request(Some(key)), PAIR_TRIES),
+        settled(p, other, PAIR_TRIES)
+    );
+    (ran_first(p, key, &e), e, other)
+}
+
 async fn second_principal(p: &Probe) -> Verdict {
     let key = p.key();
     let Some(request) = p.as_second(&key) else {
         return Verdict::Skipped("no --second-principal-header".into());
     };
-    let (e, id) = match first(p, &key).await {
-        Ok(found) => found,
+    let (id, e, other) = at_once(p, &key, request.clone()).await;
+    let id = match id {
+        Ok(id) => id,
         Err(v) => return v,
     };
-    let other = p.send(request.clone()).await;
     if answered_as_first(p, &id, &other) {
-        let why = format!("the second principal got the first principal's answer (id {id})");
+        let why = format!("two principals sent one key at once; both got one answer (id \"{id}\")");
         return Verdict::failed(why, &[&e, &other]);
     }
     let Some(other_id) = p.id(&other).filter(|_| success(other.status())) else {
@@ -105,7 +124,7 @@ async fn second_principal(p: &Probe) -> Verdict {
         return v;
     }
     Verdict::Passed(format!(
-        "ids {id} and {other_id}, each replayed to its principal"
+        "sent at once: ids \"{id}\" and \"{other_id}\", each replayed to its principal"
     ))
 }
 
@@ -114,22 +133,32 @@ async fn second_route(p: &Probe) -> Verdict {
         return Verdict::Skipped("no --second-url".into());
     };
     let key = p.key();
-    let (e, id) = match first(p, &key).await {
-        Ok(found) => found,
-        Err(v) => return v,
-    };
     let mut request = p.request(Some(&key));
     request.path = path;
-    let other = p.send(request).await;
+    let (id, e, other) = at_once(p, &key, request.clone()).await;
+    let id = match id {
+        Ok(id) => id,
+        Err(v) => return v,
+    };
     if answered_as_first(p, &id, &other) {
-        let why = format!("the other operation answered with this operation's answer (id {id})");
+        let why = format!(
+            "one key sent at once to both operations; the other got this one's answer (id \"{id}\")"
+        );
         return Verdict::failed(why, &[&e, &other]);
+    }
+    // The other operation's retry keeps its own answer, where it ran (a record of one
+    // written over by the other's shows here or in this one's retry).
+    if let Some(other_id) = p.id(&other).filter(|_| success(other.status())) {
+        let again = p.send(request).await;
+        if let Err(v) = same_answer(p, &other_id, &other, &again) {
+            return v;
+        }
     }
     if let Err(v) = still_first(p, &key, &id, &e, "the other operation's").await {
         return v;
     }
     Verdict::Passed(format!(
-        "the other operation answered {} on its own; this one still replays {id}",
+        "sent at once: the other operation answered {} on its own; this one still replays \"{id}\"",
         other.status()
     ))
 }
