@@ -28,10 +28,13 @@
 
 use stateright::{Model, Property};
 
+mod canonical;
 mod state;
 mod step;
 
-pub use state::{Answer, Attempt, Entry, Gateway, Lease, Phase, Record, State, Stored, Write};
+pub use state::{
+    Answer, Answered, Attempt, Entry, Gateway, Lease, Phase, Record, State, Stored, Write,
+};
 pub use step::Action;
 
 /// Known-wrong variants of the protocol, each of which the checker must refute.
@@ -96,7 +99,6 @@ impl Protocol {
     pub fn initial(&self) -> State {
         let gateway = Gateway {
             down: false,
-            run: 0,
             journal: Vec::new(),
             restored: true,
         };
@@ -111,8 +113,9 @@ impl Protocol {
             gateways: vec![gateway; usize::from(self.gateways)],
             attempts: Vec::new(),
             clients: vec![(self.sends, false); usize::from(self.clients)],
-            answers: Vec::new(),
-            executions: Vec::new(),
+            answered: Answered::default(),
+            runs: 0,
+            marked_runs: 0,
             landed: None,
             stale_write: false,
             restores: 0,
@@ -157,18 +160,18 @@ impl Model for Protocol {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always(names::AT_MOST_ONCE, |m: &Self, s: &State| {
-                let unmarked = s.executions.iter().filter(|marked| !**marked).count();
-                unmarked <= 1 && (m.takeover || s.executions.len() <= 1)
+                let unmarked = s.runs - s.marked_runs;
+                unmarked <= 1 && (m.takeover || s.runs <= 1)
             }),
             Property::always(names::REPLAYS_EQUAL, |_, s: &State| {
-                (s.answers.iter()).all(|a| !matches!(a, Answer::Replay(n) if Some(*n) != s.landed))
+                !s.answered.wrong_replay
             }),
             Property::always(names::NO_STALE_WRITE, |_, s: &State| !s.stale_write),
             Property::sometimes(names::A_REPLAY, |_, s: &State| {
-                s.answers.iter().any(|a| matches!(a, Answer::Replay(_)))
+                s.answered.replay
             }),
             Property::sometimes(names::AN_UNKNOWN, |_, s: &State| {
-                s.answers.contains(&Answer::OutcomeUnknown)
+                s.answered.unknown
             }),
             Property::sometimes(names::A_RESTORE, |_, s: &State| s.restores > 0),
             Property::sometimes(names::FAILOVER_MID_FLIGHT, |_, s: &State| {

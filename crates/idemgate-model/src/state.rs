@@ -97,6 +97,17 @@ pub enum Answer {
     Unavailable,
 }
 
+/// What the clients were answered: each kind's first sighting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Answered {
+    /// A replay was answered.
+    pub replay: bool,
+    /// A replay was answered with other than the first outcome that landed.
+    pub wrong_replay: bool,
+    /// `outcome-unknown` was answered.
+    pub unknown: bool,
+}
+
 /// A journal entry (the forward journal's `Entry`): what this gateway acquired, kept on its
 /// disk across crashes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -112,10 +123,9 @@ pub struct Entry {
 pub struct Gateway {
     /// Down (crashed, not yet restarted).
     pub down: bool,
-    /// Journal entries from before its last restart are of an earlier run.
-    pub run: u8,
-    /// Its journal: entries and the run that wrote each.
-    pub journal: Vec<(Entry, u8)>,
+    /// Its journal: entries, each with whether this run of the process wrote it (an entry
+    /// of an earlier run is restored with a lapsed lease).
+    pub journal: Vec<(Entry, bool)>,
     /// Whether it restored its journal since the last failover.
     pub restored: bool,
 }
@@ -143,10 +153,13 @@ pub struct State {
     pub attempts: Vec<Attempt>,
     /// Per client: sends left, and whether it waits for an answer.
     pub clients: Vec<(u8, bool)>,
-    /// Every answer a client got, in order.
-    pub answers: Vec<Answer>,
-    /// Every upstream execution: whether its forward was marked as a take-over.
-    pub executions: Vec<bool>,
+    /// What the clients were answered, as far as the properties need it (a list of every
+    /// answer would make states that differ only in their order).
+    pub answered: Answered,
+    /// Upstream executions so far (execution `n` is the `n`th).
+    pub runs: u8,
+    /// Of them, those whose forward was marked as a take-over.
+    pub marked_runs: u8,
     /// The first response that landed in the store, if any.
     pub landed: Option<u8>,
     /// A fenced write (renew, complete, release) landed under a fence or token the record

@@ -181,12 +181,15 @@ pub(crate) fn next(m: &Protocol, last: &State, action: Action) -> Option<State> 
         Action::Restart { gateway } => {
             let gw = &mut s.gateways[usize::from(gateway)];
             gw.down = false;
-            gw.run += 1;
+            for (_, this_run) in &mut gw.journal {
+                *this_run = false;
+            }
         }
         Action::Restore { gateway } => restore(m, &mut s, gateway),
     }
-    // Attempts in a canonical order: two states alike but for it are one.
-    s.attempts.sort();
+    // Two states alike but for the order of attempts, the names of clients, gateways and
+    // tokens are one.
+    crate::canonical::canonical(&mut s);
     Some(s)
 }
 
@@ -195,7 +198,15 @@ fn answer(s: &mut State, attempt: u8, answer: Answer) {
     let a = s.attempts.remove(usize::from(attempt));
     if let Some(c) = a.client {
         s.clients[usize::from(c)].1 = false;
-        s.answers.push(answer);
+        match answer {
+            // The first outcome that landed never changes once set: checked as answered.
+            Answer::Replay(n) => {
+                s.answered.replay = true;
+                s.answered.wrong_replay |= Some(n) != s.landed;
+            }
+            Answer::OutcomeUnknown => s.answered.unknown = true,
+            _ => {}
+        }
     }
 }
 
@@ -225,12 +236,11 @@ fn acquire(m: &Protocol, s: &mut State, fence: u8) -> (Record, Lease) {
 fn journal(m: &Protocol, s: &mut State, attempt: u8, record: Record) {
     if m.journal {
         let g = usize::from(s.attempts[usize::from(attempt)].gateway);
-        let run = s.gateways[g].run;
         let entry = Entry {
             record,
             released: false,
         };
-        s.gateways[g].journal.push((entry, run));
+        s.gateways[g].journal.push((entry, true));
     }
 }
 
@@ -315,8 +325,9 @@ fn forward(s: &mut State, attempt: u8, nothing_done: bool) {
     let write = match nothing_done {
         true => Write::Release,
         false => {
-            s.executions.push(marked);
-            Write::Complete(s.executions.len() as u8)
+            s.runs += 1;
+            s.marked_runs += u8::from(marked);
+            Write::Complete(s.runs)
         }
     };
     phase(s, attempt, Phase::Outcome { lease, write });
@@ -383,10 +394,13 @@ fn reclaim(s: &mut State, attempt: u8) {
     answer(s, attempt, Answer::Unavailable);
 }
 
-/// The standby catches up; journal entries whose outcome it now holds are dropped.
+/// The standby catches up; journal entries whose outcome it now holds are dropped, by
+/// gateways not handling a failover (the journal's `confirm` is skipped while its gate is
+/// closed, and a failover clears the positions read before it: an outcome written to a
+/// lost primary is confirmed only once its entry was restored to the new one).
 fn replicate(s: &mut State) {
     s.standby = s.primary;
-    for gw in &mut s.gateways {
+    for gw in s.gateways.iter_mut().filter(|gw| gw.restored) {
         gw.journal
             .retain(|(e, _)| !e.released && e.record.state == Stored::InProgress);
     }
@@ -423,9 +437,8 @@ fn crash(s: &mut State, gateway: u8) {
 /// lease; one of an earlier run a lapsed one (a retry gets `outcome-unknown`).
 fn restore(m: &Protocol, s: &mut State, gateway: u8) {
     let g = usize::from(gateway);
-    let run = s.gateways[g].run;
     let entries = s.gateways[g].journal.clone();
-    for (e, written_in) in entries.into_iter().filter(|(e, _)| !e.released) {
+    for (e, this_run) in entries.into_iter().filter(|(e, _)| !e.released) {
         if m.bugs.journal_ignored {
             break;
         }
@@ -437,7 +450,7 @@ fn restore(m: &Protocol, s: &mut State, gateway: u8) {
             Some(_) => false,
         };
         if replaces {
-            let live = e.record.state == Stored::InProgress && written_in == run;
+            let live = e.record.state == Stored::InProgress && this_run;
             let lease_end = if live { s.now + m.lease_ttl } else { s.now };
             s.primary = Some(Record {
                 lease_end,

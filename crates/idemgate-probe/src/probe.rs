@@ -136,6 +136,26 @@ impl Probe {
             .clone()
     }
 
+    /// `text` with every value of `--header` and `--second-principal-header` (4 bytes or
+    /// more, other than `Content-Type`), and each word of such a value of 8 bytes or more,
+    /// replaced: a server that echoes a credential into
+    /// its answer never gets it printed.
+    pub fn scrub(&self, mut text: String) -> String {
+        let fields = self.opts.headers.iter();
+        let fields = fields.chain(self.opts.second_principal.iter().flatten());
+        for (name, value) in fields.filter(|(n, _)| *n != http::header::CONTENT_TYPE) {
+            let value = crate::http::shown(value.as_bytes());
+            // The whole value, and its words of 8 bytes or more (a bearer token alone).
+            let words = value.split(' ').filter(|w| w.len() >= 8 && *w != value);
+            for secret in std::iter::once(value.as_str()).chain(words) {
+                if secret.len() >= 4 && text.contains(secret) {
+                    text = text.replace(secret, &format!("({name} value, not shown)"));
+                }
+            }
+        }
+        text
+    }
+
     /// Sends `request`, counted against the budget.
     pub async fn send(&self, request: Request) -> Exchange {
         self.sent.fetch_add(1, SeqCst);

@@ -83,7 +83,8 @@ impl ScenarioReport {
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// Whether every scenario the profile requires passed (skipped ones do not fail it).
+    /// Whether the run finished and every scenario the profile requires passed (skipped
+    /// ones do not fail it).
     pub passed: bool,
     /// Requests sent to the target.
     pub requests: usize,
@@ -102,9 +103,12 @@ impl Report {
         requests: usize,
         incomplete: Option<String>,
     ) -> Self {
-        let passed = !scenarios
-            .iter()
-            .any(|s| s.required && s.status == Status::Failed);
+        // An incomplete run proves nothing: a CI job reading `passed` alone never sees it
+        // as a success.
+        let passed = incomplete.is_none()
+            && !scenarios
+                .iter()
+                .any(|s| s.required && s.status == Status::Failed);
         Self {
             passed,
             requests,

@@ -4,154 +4,13 @@
 //! against the same API without flaws but slow, with rich replays and a `Location` written
 //! two ways, which must pass.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
 use idemgate_probe::Status;
-use tokio::sync::watch;
 
 mod common;
+use common::flawed_api::{serve, Flaws};
 use common::{args, failed, probe};
-
-/// What the API gets wrong, or does unusually but rightly.
-#[derive(Clone, Copy, Default)]
-struct Flaws {
-    /// Keys compared in lower case.
-    fold_case: bool,
-    /// Only this many newest records kept.
-    keep: Option<usize>,
-    /// A request waits for, and gets the answer of, any request of its key in flight,
-    /// whoever sent it.
-    join_in_flight: bool,
-    /// Connections refused after this many requests.
-    stop_after: Option<usize>,
-    /// How long an operation takes (run on a task of its own, whether its client stays).
-    slow: Duration,
-    /// Replays carry this many extra header fields and a relative `Location`.
-    rich_replays: usize,
-}
-
-type Done = watch::Receiver<Option<String>>;
-
-#[derive(Default)]
-struct State {
-    /// Records by principal, path and key: an id, or the watch of an operation running.
-    records: HashMap<String, Done>,
-    /// Record names, oldest first.
-    order: Vec<String>,
-    /// Operations in flight by key alone (`join_in_flight`).
-    by_key: HashMap<String, Done>,
-}
-
-async fn serve(flaws: Flaws) -> String {
-    let state = Arc::new(Mutex::new(State::default()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (sent, (stop, mut stopped)) = (Arc::new(AtomicUsize::new(0)), watch::channel(false));
-    let origin = base.clone();
-    let handler = move |uri: Uri, headers: HeaderMap| {
-        let (state, origin) = (state.clone(), origin.clone());
-        if flaws
-            .stop_after
-            .is_some_and(|n| sent.fetch_add(1, SeqCst) + 1 >= n)
-        {
-            let _ = stop.send(true);
-        }
-        async move { answer(flaws, &state, &origin, uri.path(), &headers).await }
-    };
-    let app = Router::new().route("/payments", post(handler));
-    tokio::spawn(async move {
-        let stops = async move { while stopped.changed().await.is_ok() && !*stopped.borrow() {} };
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stops)
-            .await
-    });
-    base
-}
-
-async fn answer(
-    flaws: Flaws,
-    state: &Arc<Mutex<State>>,
-    origin: &str,
-    path: &str,
-    headers: &HeaderMap,
-) -> Response {
-    let field = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let key = field("idempotency-key").trim_matches('"').to_owned();
-    if key.is_empty() {
-        return (StatusCode::BAD_REQUEST, "a key is required").into_response();
-    }
-    let key = match flaws.fold_case {
-        true => key.to_ascii_lowercase(),
-        false => key,
-    };
-    let name = format!("{} {path} {key}", field("authorization"));
-    let (mut done, ran) = {
-        let mut s = state.lock().unwrap();
-        let joined = flaws.join_in_flight.then(|| s.by_key.get(&key).cloned());
-        match joined.flatten().or_else(|| s.records.get(&name).cloned()) {
-            Some(done) => (done, false),
-            None => (begin(state, &mut s, flaws, &name, &key), true),
-        }
-    };
-    if !ran && done.borrow().is_none() && !flaws.join_in_flight {
-        return (StatusCode::CONFLICT, [("retry-after", "0")], "in flight").into_response();
-    }
-    let id = done
-        .wait_for(Option::is_some)
-        .await
-        .unwrap()
-        .clone()
-        .unwrap();
-    let json = [("content-type", "application/json")];
-    let mut r = (StatusCode::CREATED, json, format!(r#"{{"id":"{id}"}}"#)).into_response();
-    let location = format!("{path}/{id}");
-    let h = r.headers_mut();
-    if ran || flaws.rich_replays == 0 {
-        h.insert("location", format!("{origin}{location}").parse().unwrap());
-    } else {
-        h.insert("location", location.parse().unwrap());
-        for n in 0..flaws.rich_replays {
-            let name = HeaderName::try_from(format!("x-extra-{n}")).unwrap();
-            h.insert(name, HeaderValue::from_static("1"));
-        }
-    }
-    if !ran {
-        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    }
-    r
-}
-
-/// Starts `name`'s operation on a task of its own: its watch gets the id when it is done.
-fn begin(state: &Arc<Mutex<State>>, s: &mut State, flaws: Flaws, name: &str, key: &str) -> Done {
-    let (tx, rx) = watch::channel(None);
-    s.records.insert(name.to_owned(), rx.clone());
-    s.order.push(name.to_owned());
-    if let Some(keep) = flaws.keep {
-        while s.order.len() > keep {
-            let old = s.order.remove(0);
-            s.records.remove(&old);
-        }
-    }
-    s.by_key.insert(key.to_owned(), rx.clone());
-    let id = format!("pay_{}", rand::random::<u32>());
-    let (state, key) = (state.clone(), key.to_owned());
-    tokio::spawn(async move {
-        tokio::time::sleep(flaws.slow).await;
-        let _ = tx.send(Some(id));
-        // Joined only while in flight: a later request of another principal runs anew.
-        state.lock().unwrap().by_key.remove(&key);
-        // Kept until every receiver is gone.
-        tx.closed().await;
-    });
-    rx
-}
 
 fn url(base: &str) -> String {
     format!("{base}/payments")
@@ -218,6 +77,7 @@ async fn an_api_that_stops_mid_run_leaves_it_incomplete() {
     // The scenario it stopped in is cut off, not failed: nothing required failed.
     let cut = "cut off: the API stopped answering during ";
     assert!(report.scenarios.iter().any(|s| s.detail.starts_with(cut)));
+    assert!(!report.passed, "an incomplete run never passes");
     let failed = |s: &&idemgate_probe::ScenarioReport| s.required && s.status == Status::Failed;
     assert_eq!(report.scenarios.iter().find(failed).map(|s| &s.name), None);
 }
@@ -243,4 +103,120 @@ async fn a_slow_api_with_rich_replays_passes_what_it_keeps() {
         let s = report.scenario(name).unwrap();
         assert_eq!(s.status, Status::Passed, "{name}: {}", s.detail);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_kept_in_part_fail() {
+    // Keys over 50 characters compared by their first 30 and last 20; under ietf, keys cut
+    // to the probe's own key length.
+    for (ends, profile) in [((30, 20), "idemgate"), ((27, 0), "ietf")] {
+        let base = serve(Flaws {
+            key_ends: Some(ends),
+            ..Flaws::default()
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let report = probe(&args(&dir, &url(&base), &["--profile", profile])).await;
+        let detail = failed(&report, "key-compared-whole");
+        let why = "two keys that differ only at their middle got one answer";
+        assert!(detail.starts_with(why), "{profile}: {detail}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_member_left_out_of_the_fingerprint_fails() {
+    let base = serve(Flaws {
+        fingerprint: Some("amount"),
+        ..Flaws::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let report = probe(&args(&dir, &url(&base), &["--profile", "ietf"])).await;
+    let detail = failed(&report, "fingerprint-mismatch");
+    let why = "another body under the key (member \"currency\" changed) got the first answer";
+    assert!(detail.starts_with(why), "{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_race_for_one_slot_fail() {
+    let base = serve(Flaws {
+        shared_slot: true,
+        ..Flaws::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let report = probe(&args(&dir, &url(&base), &["--profile", "ietf"])).await;
+    let detail = failed(&report, "concurrent-keys");
+    assert!(
+        detail.starts_with("8 different keys sent at once"),
+        "{detail}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_respelling_redirected_to_a_new_resource_fails() {
+    let base = serve(Flaws {
+        redirect_others: true,
+        ..Flaws::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let report = probe(&args(&dir, &url(&base), &[])).await;
+    for name in [
+        "path-escaped-letter",
+        "path-trailing-slash",
+        "method-letter-case",
+    ] {
+        let detail = failed(&report, name);
+        assert!(detail.contains("it may have run again"), "{name}: {detail}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_kept_for_less_than_advertised_fails() {
+    // Advertises 5 s, forgets after 4.1 s; then after 1 s.
+    for forget in [4100, 1000] {
+        let base = serve(Flaws {
+            lifetime: Some("5"),
+            forget_after: Some(Duration::from_millis(forget)),
+            ..Flaws::default()
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let report = probe(&args(&dir, &url(&base), &[])).await;
+        let detail = failed(&report, "key-lifetime");
+        assert!(detail.contains("ran twice"), "{forget}: {detail}");
+        // Under ietf the lifetime scenario only warns: the records scenario fails it.
+        let report = probe(&args(&dir, &url(&base), &["--profile", "ietf"])).await;
+        if forget == 1000 {
+            let detail = failed(&report, "records-kept");
+            assert!(detail.contains("its record was forgotten"), "{detail}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifetime_past_any_clock_and_an_echoed_credential_are_harmless() {
+    let base = serve(Flaws {
+        lifetime: Some("18446744073709551615"),
+        echo_auth: true,
+        ..Flaws::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = args(&dir, &url(&base), &[]);
+    a.headers = vec!["Authorization: Bearer SUPERSECRET123".into()];
+    let report = probe(&a).await;
+    let kept = report.scenario("records-kept").unwrap();
+    assert_eq!(kept.status, Status::Passed, "{}", kept.detail);
+    let detail = failed(&report, "key-required");
+    assert!(
+        detail.contains("(authorization value, not shown)"),
+        "{detail}"
+    );
+    assert!(
+        !report.table().contains("SUPERSECRET"),
+        "{}",
+        report.table()
+    );
 }

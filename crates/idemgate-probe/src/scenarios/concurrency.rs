@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use super::replay::same_answer;
-use super::{scenario, settled, Ietf, Scenario};
+use super::{ran_first, scenario, settled, Ietf, Scenario};
 use crate::http::Exchange;
 use crate::options::Profile;
 use crate::probe::{replayed, stored_form_replay, success, Probe};
@@ -30,6 +30,60 @@ pub(crate) fn duplicates() -> Scenario {
     s.per_duplicate = true;
     s.ietf = Ietf::Required;
     s
+}
+
+/// Most different keys sent at once.
+const KEYS_AT_ONCE: usize = 8;
+
+pub(crate) fn keys() -> Scenario {
+    scenario!(
+        "concurrent-keys",
+        Required,
+        2 * KEYS_AT_ONCE,
+        keys_at_once,
+        "Different keys sent at once (up to 8, at most --concurrency) each run with an id of \
+         their own, and their retries, sent at once, each replay their own id: one key's \
+         request never gets another's answer (contract: a record per key)"
+    )
+}
+
+async fn keys_at_once(p: &Probe) -> Verdict {
+    let keys: Vec<String> = (0..p.opts.concurrency.clamp(2, KEYS_AT_ONCE))
+        .map(|_| p.key())
+        .collect();
+    let firsts = join_all(keys.iter().map(|k| p.send(p.request(Some(k))))).await;
+    let mut ids: Vec<String> = Vec::new();
+    for (key, e) in keys.iter().zip(&firsts) {
+        let id = match ran_first(p, key, e) {
+            Ok(id) => id,
+            Err(Verdict::Failed(d, ex)) => {
+                let why = format!("{} different keys sent at once, one: {d}", keys.len());
+                return Verdict::Failed(why, ex);
+            }
+            Err(v) => return v,
+        };
+        if let Some(at) = ids.iter().position(|known| *known == id) {
+            let why = format!(
+                "{} different keys sent at once, two answered with one id (\"{id}\"): one \
+                 key got another's answer",
+                keys.len()
+            );
+            return Verdict::failed(why, &[&firsts[at], e]);
+        }
+        ids.push(id);
+    }
+    let retries = join_all(keys.iter().map(|k| p.send(p.request(Some(k))))).await;
+    for ((id, e), retry) in ids.iter().zip(&firsts).zip(&retries) {
+        if let Err(Verdict::Failed(d, ex)) = same_answer(p, id, e, retry) {
+            let why = format!("the retries of {} keys sent at once: {d}", keys.len());
+            return Verdict::Failed(why, ex);
+        }
+    }
+    Verdict::Passed(format!(
+        "{} keys at once: {} ids, each replayed to its key",
+        keys.len(),
+        ids.len()
+    ))
 }
 
 pub(crate) fn disconnect() -> Scenario {

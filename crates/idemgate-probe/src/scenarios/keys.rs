@@ -131,13 +131,18 @@ async fn baseline(p: &Probe) -> Verdict {
 }
 
 async fn whole(p: &Probe) -> Verdict {
-    // A key in capitals beside the same in lower case, and two keys that differ in one
-    // character at their middle: four keys, four executions.
+    // A key in capitals beside the same in lower case, and two 128-character keys that
+    // differ in one character at their middle (character 64), so that a server keeping any
+    // start and end of under 64 characters each, or any first 63, runs them as one: four
+    // keys, four executions.
     let lower = p.key();
-    let (mid_a, mid_b) = (
-        format!("{}-m-{}", p.key(), p.key()),
-        format!("{}-n-{}", p.key(), p.key()),
-    );
+    let (start, end) = (p.key(), p.key());
+    let mid = |c: char| {
+        let fill = 64 - 1 - start.len();
+        let tail = 128 - 64 - end.len();
+        format!("{start}{}{c}{}{end}", "x".repeat(fill), "x".repeat(tail))
+    };
+    let (mid_a, mid_b) = (mid('m'), mid('n'));
     let keys = [
         (lower.clone(), ""),
         (lower.to_ascii_uppercase(), "only in letter case"),

@@ -219,11 +219,45 @@ async fn retried_as(p: &Probe, label: &str, edit: impl FnOnce(&mut Request)) -> 
     match (p.replay_id(&retry, &id), retry.status()) {
         (Some(_), _) => Verdict::Passed(format!("{label}: replayed {id}")),
         (None, s @ 400..=499) => Verdict::Passed(format!("{label}: refused with {s}")),
-        // A redirect to the canonical spelling, or a method not implemented, ran nothing.
-        (None, s @ (301 | 302 | 307 | 308 | 501)) => {
-            Verdict::Passed(format!("{label}: not run, answered {s}"))
-        }
+        // A method not implemented ran nothing.
+        (None, 501) => Verdict::Passed(format!("{label}: not run, answered 501")),
+        // A redirect to the operation's own spelling ran nothing; one to anywhere else
+        // (a resource it just made) may have run.
+        (None, s @ (301 | 302 | 307 | 308)) => redirected(p, label, s, &id, &e, &retry),
         (None, s) => refused_badly(label, s, &e, &retry),
+    }
+}
+
+/// The verdict on a retry answered with the redirect `status`: passed when its `Location`
+/// is the operation's own URL or the first's id (both resolved).
+fn redirected(
+    p: &Probe,
+    label: &str,
+    status: u16,
+    id: &str,
+    e: &Exchange,
+    retry: &Exchange,
+) -> Verdict {
+    let location = (retry.answer.as_ref().ok())
+        .map(|a| a.header("location"))
+        .filter(|l| !l.is_empty())
+        .map(|l| p.resolved(l));
+    let own = p.resolved(&p.opts.path);
+    match location {
+        Some(to) if to == own || to == id || p.resolved(id) == to => {
+            Verdict::Passed(format!("{label}: not run, redirected ({status}) to {to}"))
+        }
+        Some(to) => Verdict::failed(
+            format!(
+                "{label}: answered {status} to {to}, neither the operation's own URL nor the \
+                 first answer's id: it may have run again"
+            ),
+            &[e, retry],
+        ),
+        None => Verdict::failed(
+            format!("{label}: answered {status} without a Location"),
+            &[e, retry],
+        ),
     }
 }
 

@@ -5,6 +5,8 @@
 use clap::Parser;
 use idemgate_probe::{ProbeArgs, Report, Status};
 
+pub(crate) mod flawed_api;
+
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]

@@ -58,23 +58,63 @@ impl Members {
     }
 }
 
-/// The body with one value changed: the first top-level number plus one, else a member
-/// added; a body that is not a JSON object gets bytes appended.
-pub(crate) fn changed(body: &Bytes) -> Bytes {
-    let Some(mut m) = Members::parse(body) else {
-        return match body.is_empty() {
+/// Most bodies [`changed`] makes: one per top-level member changed, the first, the last
+/// and one between.
+pub(crate) const CHANGED: usize = 3;
+
+/// The body with one value changed, at most [`CHANGED`] ways, each with what changed: in a
+/// JSON object, the first, last and middle top-level member's value, one at a time (a
+/// server that leaves a member out of its fingerprint replays one of them); otherwise bytes
+/// appended.
+pub(crate) fn changed(body: &Bytes) -> Vec<(String, Bytes)> {
+    let Some(m) = Members::parse(body).filter(|m| !m.0.is_empty()) else {
+        let other = match body.is_empty() {
             true => Bytes::from_static(b"{\"idemgate_probe_changed\":true}"),
             false => [&body[..], b" probe"].concat().into(),
         };
+        return vec![("bytes appended".into(), other)];
     };
-    let number = (m.0.iter_mut())
-        .find_map(|(_, v)| serde_json::from_str::<u64>(v.get()).ok().map(|n| (v, n)));
-    let raw = |text: String| RawValue::from_string(text).expect("a number or true is JSON");
-    match number {
-        Some((v, n)) => *v = raw(n.wrapping_add(1).to_string()),
-        None => (m.0).push(("idemgate_probe_changed".into(), raw("true".into()))),
-    }
-    m.write("")
+    let last = m.0.len() - 1;
+    let mut at = vec![0, last, last / 2];
+    at.dedup();
+    at.sort_unstable();
+    at.dedup();
+    let variant = |i: usize| {
+        let mut other = Members(m.0.clone());
+        let (name, value) = &mut other.0[i];
+        *value = changed_value(value);
+        (
+            format!("member {} changed", Value::String(name.clone())),
+            other.write(""),
+        )
+    };
+    at.into_iter().map(variant).collect()
+}
+
+/// `value` changed, its type kept where it can be: a number plus one, a string with
+/// `-probe` appended, a boolean negated, a member or an element added.
+fn changed_value(value: &RawValue) -> Box<RawValue> {
+    let text = value.get();
+    let parsed: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    let other = match parsed {
+        Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => Value::from(u.wrapping_add(1)),
+            (_, Some(i), _) => Value::from(i.wrapping_add(1)),
+            (_, _, f) => Value::from(f.unwrap_or(0.0) + 1.0),
+        },
+        Value::String(s) => Value::String(format!("{s}-probe")),
+        Value::Bool(b) => Value::Bool(!b),
+        Value::Null => Value::Bool(true),
+        Value::Array(mut items) => {
+            items.push(Value::Bool(true));
+            Value::Array(items)
+        }
+        Value::Object(mut members) => {
+            members.insert("idemgate_probe_changed".into(), Value::Bool(true));
+            Value::Object(members)
+        }
+    };
+    RawValue::from_string(other.to_string()).expect("a serde_json value is JSON")
 }
 
 async fn spelled(p: &Probe, spell: fn(&Members, &[u8]) -> Option<Bytes>, what: &str) -> Verdict {
