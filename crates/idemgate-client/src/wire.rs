@@ -276,7 +276,9 @@ wire_types! {
 
     /// The answer of `complete`, `fail` and `release` (`200`).
     pub struct OutcomeResponse {
-        /// `completed`, `failed` or `released`.
+        /// `completed`, `failed`, `released`, or `left-to-lapse` (a release under a
+        /// take-over's lease: nothing written, the key is taken over again once the lease
+        /// lapses).
         pub state: String,
         /// True when this repeated an outcome that had already landed.
         pub repeated: bool,

@@ -89,6 +89,8 @@ pub const RECORD_CORRUPT: &str = "idempotency_record_corrupt_total";
 pub const LEASE_LOST: &str = "idempotency_lease_lost_total";
 /// Expired leases taken over.
 pub const TAKEOVERS: &str = "idempotency_takeovers_total";
+/// Take-overs whose forward did nothing: the record kept, to lapse and be taken over again.
+pub const TAKEOVER_RELEASES_KEPT: &str = "idempotency_takeover_releases_kept_total";
 /// Outcome writes that never landed, by `reason` ([`ABANDONED_REASONS`]).
 pub const OUTCOME_ABANDONED: &str = "idempotency_outcome_abandoned_total";
 
@@ -111,10 +113,14 @@ pub const WAIT_OUTCOMES: [&str; 7] = [
 ];
 
 /// The counters of the core lifecycle.
-pub const LIFECYCLE_COUNTERS: [CounterSpec; 8] = [
+pub const LIFECYCLE_COUNTERS: [CounterSpec; 9] = [
     CounterSpec {
         name: TAKEOVERS,
         help: "Expired leases taken over by a retry (routes with lease_expired = \"takeover\"); the operation runs again.",
+    },
+    CounterSpec {
+        name: TAKEOVER_RELEASES_KEPT,
+        help: "Take-overs whose forward did nothing (a release status): the record is kept, to lapse and be taken over again, since the holder before may have run.",
     },
     CounterSpec {
         name: LEASE_LOST,

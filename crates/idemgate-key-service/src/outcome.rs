@@ -119,11 +119,14 @@ pub async fn fail<St: IdempotencyStore>(
     Ok(answer)
 }
 
-/// `POST /v1/release`: the operation did not run; the key may be used again.
+/// `POST /v1/release`: the operation did not run; the key may be used again. Under a
+/// take-over's lease (fence above 1) nothing is written and the answer's state is
+/// `left-to-lapse`: the holder it took over from may have run, so the key is taken over
+/// again once this lease lapses, never run afresh.
 #[utoipa::path(post, path = "/v1/release", tag = "keys", request_body = ReleaseRequest,
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Released", body = OutcomeResponse),
+        (status = 200, description = "Released; `left-to-lapse` under a take-over's lease", body = OutcomeResponse),
         (status = 400, description = "`invalid-request`", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "`lease-lost` (also for a release repeated after it landed)", body = Problem, content_type = "application/problem+json"),
@@ -136,6 +139,9 @@ pub async fn release<St: IdempotencyStore>(
 ) -> Result<Json<OutcomeResponse>, ApiError> {
     let lease = held(&caller, &req.scope, &req.principal, &req.key, &req.lease)?;
     let released = validate::released(req.status, req.retry_after_ms)?;
+    if lease.fence > 1 {
+        return s.left_to_lapse(&lease).await;
+    }
     s.call(s.lifecycle.store().release(&lease)).await?;
     // Callers waiting on the key (`wait_ms`): one acquires it.
     s.lifecycle.outcome_landed(&lease, Some(released)).await;
@@ -177,6 +183,25 @@ impl<St: IdempotencyStore> KeyService<St> {
             kind,
         };
         self.events.publish(&caller.namespace, &event);
+    }
+
+    /// The answer to a release under a take-over's lease (fence above 1): nothing is
+    /// written, since the holder it took over from may have run. The record stays
+    /// `in_progress` until this lease lapses, and the next acquire takes it over again
+    /// (`takeover: true`), never a fresh run (found by the protocol model,
+    /// `crates/idemgate-model`). `lease-lost` when the record no longer carries the lease.
+    async fn left_to_lapse(&self, lease: &Lease) -> Result<Json<OutcomeResponse>, ApiError> {
+        let record = self.call(self.lifecycle.store().get(&lease.key)).await?;
+        match record {
+            Some(r)
+                if r.state == RecordState::InProgress
+                    && r.fence == lease.fence
+                    && r.lease_token == Some(lease.token) =>
+            {
+                Ok(landed("left-to-lapse", false))
+            }
+            _ => Err(store_error(StoreError::LeaseLost)),
+        }
     }
 
     /// The answer to a `complete` (`state` completed, with `response`) or `fail` write:

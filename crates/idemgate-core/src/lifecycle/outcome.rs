@@ -109,6 +109,12 @@ pub enum Finished {
     /// The store refused or missed every attempt until the record's TTL ran out; the
     /// record stays `in_progress` (retries get `outcome-unknown`) until it expires.
     Expired,
+    /// A take-over's "nothing done" (a release): nothing was written. The holder it took
+    /// over from may have run the operation, so the record is never deleted for a fresh,
+    /// unmarked run: it stays `in_progress` under this fence until its lease lapses, and
+    /// the next request takes it over again, marked (found by the protocol model,
+    /// `crates/idemgate-model`).
+    LeftToLapse,
 }
 
 impl<St: IdempotencyStore> Lifecycle<St> {
@@ -173,6 +179,11 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         holder: &'a Holder,
         outcome: Outcome,
     ) -> Result<Finished, PendingOutcome<'a, St>> {
+        if holder.takeover && matches!(outcome, Outcome::Release { .. }) {
+            tracing::info!(route = %holder.lease.key.route, key = %super::hash_key(&holder.lease.key), "a take-over's forward did nothing; the record is kept, to lapse, since the earlier holder may have run");
+            metrics::counter!(crate::counters::TAKEOVER_RELEASES_KEPT).increment(1);
+            return Ok(Finished::LeftToLapse);
+        }
         let outcome = self.sealed(holder, outcome);
         let (written, made) = self.attempt(holder, &outcome).await;
         match written {

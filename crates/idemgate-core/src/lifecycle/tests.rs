@@ -142,6 +142,28 @@ async fn takeover_policy_runs_again_marked_and_fences_out_the_old_holder() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_take_over_that_did_nothing_leaves_the_record_to_lapse_and_be_taken_over_again() {
+    let (e, _) = engine();
+    let (k, p) = (unique_key("alice"), plan(LeaseExpiredPolicy::Takeover));
+    let _first = run(&e, &k, &p).await; // it may have run before it stopped renewing
+    tokio::time::sleep(LEASE + Duration::from_millis(1)).await;
+    let second = run(&e, &k, &p).await;
+    assert!(second.takeover);
+    let nothing = Outcome::Release {
+        status: 503,
+        retry_after_ms: None,
+    };
+    assert_eq!(e.finish(&second, nothing).await, Finished::LeftToLapse);
+    // Never a fresh, unmarked run: in flight under the take-over's lease, then taken over
+    // again, marked.
+    assert!(matches!(answer(&e, &k, &p).await, Answer::InFlight { .. }));
+    tokio::time::sleep(LEASE + Duration::from_millis(1)).await;
+    let third = run(&e, &k, &p).await;
+    assert!(third.takeover);
+    assert_eq!(third.lease.fence, second.lease.fence + 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_record_that_changes_under_the_decision_is_reconciled_without_a_false_503() {
     let (e, s) = engine();
     let (k, p) = (unique_key("alice"), plan(LeaseExpiredPolicy::Takeover));

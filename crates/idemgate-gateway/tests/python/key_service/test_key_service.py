@@ -154,6 +154,23 @@ def test_a_stale_fence_after_a_takeover_is_lease_lost_everywhere():
     assert record["state"] == "completed" and record["fence"] == new["fence"]
 
 
+def test_a_release_under_a_takeover_leaves_the_key_to_be_taken_over_again():
+    # The first holder may have run before its lease lapsed: the take-over's "nothing
+    # done" must not free the key for a fresh, unmarked run.
+    key = new_key()
+    acquire(key, lease_ttl_ms=1000)
+    time.sleep(1.3)
+    taken = acquire(key, on_lease_expired="takeover", lease_ttl_ms=1000)
+    assert taken["decision"] == "run" and taken["takeover"] is True, taken
+    r = call("/v1/release", held(key, taken["lease"], status=503))
+    assert r.status_code == 200 and r.json()["state"] == "left-to-lapse", r.text
+    assert acquire(key, on_lease_expired="takeover")["decision"] == "in_flight"
+    time.sleep(1.3)
+    again = acquire(key, on_lease_expired="takeover")
+    assert again["decision"] == "run" and again["takeover"] is True, again
+    assert again["lease"]["fence"] == taken["lease"]["fence"] + 1
+
+
 def test_a_retried_attempt_gets_the_same_lease_and_another_attempt_does_not():
     key = new_key()
     attempt = str(uuid.uuid4())
