@@ -2,6 +2,7 @@
 //! lifecycle (named as in `idemgate_core::lifecycle`), a store primitive, a crash, a restart,
 //! replication, a failover and a journal's restore.
 
+use crate::failover;
 use crate::state::{Answer, Attempt, Entry, Lease, Phase, Record, State, Stored, Write};
 use crate::Protocol;
 
@@ -171,12 +172,12 @@ pub(crate) fn next(m: &Protocol, last: &State, action: Action) -> Option<State> 
         Action::Forward {
             attempt,
             nothing_done,
-        } => forward(&mut s, attempt, nothing_done),
+        } => forward(m, &mut s, attempt, nothing_done),
         Action::WriteOutcome { attempt, lost } => write_outcome(&mut s, attempt, lost),
         Action::Reclaim { attempt } => reclaim(&mut s, attempt),
         Action::Tick => s.now += 1,
-        Action::Replicate => replicate(&mut s),
-        Action::Failover => failover(m, &mut s),
+        Action::Replicate => failover::replicate(&mut s),
+        Action::Failover => failover::failover(m, &mut s),
         Action::Crash { gateway } => crash(&mut s, gateway),
         Action::Restart { gateway } => {
             let gw = &mut s.gateways[usize::from(gateway)];
@@ -185,7 +186,7 @@ pub(crate) fn next(m: &Protocol, last: &State, action: Action) -> Option<State> 
                 *this_run = false;
             }
         }
-        Action::Restore { gateway } => restore(m, &mut s, gateway),
+        Action::Restore { gateway } => failover::restore(m, &mut s, gateway),
     }
     // Two states alike but for the order of attempts, the names of clients, gateways and
     // tokens are one.
@@ -318,10 +319,15 @@ fn renew(m: &Protocol, s: &mut State, attempt: u8) {
 }
 
 /// The forward: an execution (its response is the execution's number), or "nothing done".
-fn forward(s: &mut State, attempt: u8, nothing_done: bool) {
+fn forward(m: &Protocol, s: &mut State, attempt: u8, nothing_done: bool) {
     let Phase::Held { lease, marked } = s.attempts[usize::from(attempt)].phase else {
         unreachable!("a holder's phase")
     };
+    if nothing_done && marked && !m.bugs.takeover_release_deletes {
+        // `Finished::LeftToLapse`: the holder taken over from may have run, so nothing is
+        // written; the record stays `in_progress` until this lease lapses.
+        return answer(s, attempt, Answer::Unavailable);
+    }
     let write = match nothing_done {
         true => Write::Release,
         false => {
@@ -394,31 +400,6 @@ fn reclaim(s: &mut State, attempt: u8) {
     answer(s, attempt, Answer::Unavailable);
 }
 
-/// The standby catches up; journal entries whose outcome it now holds are dropped, by
-/// gateways not handling a failover (the journal's `confirm` is skipped while its gate is
-/// closed, and a failover clears the positions read before it: an outcome written to a
-/// lost primary is confirmed only once its entry was restored to the new one).
-fn replicate(s: &mut State) {
-    s.standby = s.primary;
-    for gw in s.gateways.iter_mut().filter(|gw| gw.restored) {
-        gw.journal
-            .retain(|(e, _)| !e.released && e.record.state == Stored::InProgress);
-    }
-}
-
-/// The standby becomes the primary. With the journal, new keys are refused until every
-/// gateway restored its entries.
-fn failover(m: &Protocol, s: &mut State) {
-    s.primary = s.standby;
-    s.failovers += 1;
-    if m.journal {
-        s.gate_closed = true;
-        for gw in &mut s.gateways {
-            gw.restored = false;
-        }
-    }
-}
-
 fn crash(s: &mut State, gateway: u8) {
     s.crashes += 1;
     s.gateways[usize::from(gateway)].down = true;
@@ -429,36 +410,4 @@ fn crash(s: &mut State, gateway: u8) {
             s.clients[usize::from(c)].1 = false;
         }
     }
-}
-
-/// The journal's restore: an entry is written back where the store holds no record of the
-/// key, or an `in_progress` one with a lower fence, or the same fence under another token;
-/// a completed record is never overwritten. An `in_progress` entry of this run gets a live
-/// lease; one of an earlier run a lapsed one (a retry gets `outcome-unknown`).
-fn restore(m: &Protocol, s: &mut State, gateway: u8) {
-    let g = usize::from(gateway);
-    let entries = s.gateways[g].journal.clone();
-    for (e, this_run) in entries.into_iter().filter(|(e, _)| !e.released) {
-        if m.bugs.journal_ignored {
-            break;
-        }
-        let replaces = match s.primary {
-            None => true,
-            Some(r) if r.state == Stored::InProgress => {
-                r.fence < e.record.fence || (r.fence == e.record.fence && r.token != e.record.token)
-            }
-            Some(_) => false,
-        };
-        if replaces {
-            let live = e.record.state == Stored::InProgress && this_run;
-            let lease_end = if live { s.now + m.lease_ttl } else { s.now };
-            s.primary = Some(Record {
-                lease_end,
-                ..e.record
-            });
-            s.restores += 1;
-        }
-    }
-    s.gateways[g].restored = true;
-    s.gate_closed = s.gateways.iter().any(|gw| !gw.restored);
 }
