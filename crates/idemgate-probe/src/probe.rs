@@ -148,8 +148,13 @@ impl Probe {
             // The whole value, and its words of 8 bytes or more (a bearer token alone).
             let words = value.split(' ').filter(|w| w.len() >= 8 && *w != value);
             for secret in std::iter::once(value.as_str()).chain(words) {
-                if secret.len() >= 4 && text.contains(secret) {
-                    text = text.replace(secret, &format!("({name} value, not shown)"));
+                if secret.len() < 4 {
+                    continue;
+                }
+                for form in spellings(secret) {
+                    if text.contains(&form) {
+                        text = text.replace(&form, &format!("({name} value, not shown)"));
+                    }
                 }
             }
         }
@@ -227,6 +232,38 @@ impl Probe {
             None => "a Location field (or --id-pointer)".to_owned(),
         }
     }
+}
+
+/// `secret` as a server may echo it: as given, in upper and lower case, percent-encoded
+/// (RFC 3986 §2.1, in either case of hex digit) and in base64 (RFC 4648 §4 and §5, with and
+/// without padding).
+fn spellings(secret: &str) -> Vec<String> {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    use base64::Engine as _;
+    let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
+    let pct = |upper: bool| -> String {
+        (secret.bytes())
+            .map(|b| match (unreserved(b), upper) {
+                (true, _) => (b as char).to_string(),
+                (false, true) => format!("%{b:02X}"),
+                (false, false) => format!("%{b:02x}"),
+            })
+            .collect()
+    };
+    let bytes = secret.as_bytes();
+    let mut forms = vec![
+        secret.to_owned(),
+        secret.to_ascii_uppercase(),
+        secret.to_ascii_lowercase(),
+        pct(true),
+        pct(false),
+    ];
+    for engine in [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD] {
+        forms.push(engine.encode(bytes));
+    }
+    forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    forms.dedup();
+    forms
 }
 
 /// The JSON value at `pointer` (RFC 6901) in `body`, its text as written.

@@ -111,8 +111,11 @@ pub struct RoutePolicy {
     /// ([`LeaseExpiredPolicy::Takeover`]) runs the operation again (marked
     /// `Idempotent-Takeover: true`): only for operations that are safe to repeat, upstreams
     /// that dedupe on the forwarded key, or services that complete the key in their own
-    /// business transaction; `"fail"` ([`LeaseExpiredPolicy::Fail`]) answers as if the
-    /// attempt failed.
+    /// business transaction. A take-over whose forward is answered "nothing done" (a
+    /// release status) keeps the record, since the holder before it may have run: retries
+    /// get `409` until its lease lapses, then take it over again, marked (never a fresh,
+    /// unmarked run); `"fail"` ([`LeaseExpiredPolicy::Fail`]) answers as if the attempt
+    /// failed.
     pub lease_expired: LeaseExpiredPolicy,
     /// Allow a retry of a failed record to run again. Defaults to false.
     pub retry_failed: bool,

@@ -266,7 +266,21 @@ pub(crate) fn ran_first(p: &Probe, key: &str, e: &Exchange) -> Result<String, Ve
         );
         return Err(Verdict::failed(why, &[e]));
     };
+    // A new key's first answer is never another key's: marked as a replay, or holding an
+    // id another key ran with, it was answered from another record.
+    if let Some(other) = p.ran().into_iter().find(|r| r.id == id && r.key != key) {
+        let why = format!(
+            "a new key ({key}) was answered with the id another key ({}) ran with (\"{id}\"): \
+             one key's request got another's answer",
+            other.key
+        );
+        return Err(Verdict::failed(why, &[e]));
+    }
     let lifetime = e.answer.as_ref().ok();
+    if lifetime.is_some_and(crate::probe::replayed) {
+        let why = format!("the first request of a new key ({key}) was answered as a replay");
+        return Err(Verdict::failed(why, &[e]));
+    }
     let lifetime = lifetime.and_then(|a| a.header("idempotency-key-lifetime").parse().ok());
     p.remember(Ran {
         key: key.to_owned(),

@@ -39,8 +39,8 @@ pub(crate) fn all() -> Vec<Scenario> {
             Required,
             json::CHANGED + 2,
             mismatch,
-            "The same key with another body (the first, the middle and the last JSON member \
-             changed, one at a time) is refused with 422 (or 400) and does not run; the key's \
+            "The same key with another body (each top-level JSON member changed in turn, up \
+             to 8 spread over the object; a nested value changed at a leaf) is refused with 422 (or 400) and does not run; the key's \
              first answer is untouched (draft-07 §2.7; contract, problem+json)"
         ),
         scenario!(

@@ -29,6 +29,14 @@ pub(crate) struct Flaws {
     pub lifetime: Option<&'static str>,
     /// Only this JSON member of the body is compared under a key (422 when it differs).
     pub fingerprint: Option<&'static str>,
+    /// This top-level JSON member is left out of the comparison.
+    pub fingerprint_skips: Option<&'static str>,
+    /// Nested objects and arrays compared by their shape alone (member names, lengths).
+    pub fingerprint_shape: bool,
+    /// Keys compared with their characters sorted (anagrams are one key).
+    pub key_sorted: bool,
+    /// A bare (unquoted) key replays a record, but runs unrecorded when it has none.
+    pub bare_unrecorded: bool,
     /// A request waits for, and gets the answer of, any request of its key in flight,
     /// whoever sent it.
     pub join_in_flight: bool,
@@ -107,7 +115,12 @@ async fn redirect(flaws: Flaws, origin: &str, uri: &Uri) -> Response {
 
 fn key_of(flaws: Flaws, headers: &HeaderMap) -> Option<String> {
     let key = headers.get("idempotency-key")?.to_str().ok()?;
-    let key = key.trim_matches('"').to_owned();
+    let mut key = key.trim_matches('"').to_owned();
+    if flaws.key_sorted {
+        let mut chars: Vec<char> = key.chars().collect();
+        chars.sort_unstable();
+        key = chars.into_iter().collect();
+    }
     let key = match flaws.fold_case {
         true => key.to_ascii_lowercase(),
         false => key,
@@ -128,24 +141,20 @@ async fn answer(
     let auth = headers.get("authorization").and_then(|v| v.to_str().ok());
     let Some(mut key) = key_of(flaws, headers) else {
         let echo = auth.filter(|_| flaws.echo_auth).unwrap_or("");
-        return (
-            StatusCode::BAD_REQUEST,
-            format!("a key is required ({echo})"),
-        )
-            .into_response();
+        let token = echo.rsplit(' ').next().unwrap_or("");
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(token);
+        let upper = token.to_ascii_uppercase();
+        let text = format!("a key is required ({echo}; {b64}; {upper})");
+        return (StatusCode::BAD_REQUEST, text).into_response();
     };
     if flaws.shared_slot {
         state.lock().unwrap().slot = key;
         tokio::time::sleep(Duration::from_millis(30)).await;
         key = state.lock().unwrap().slot.clone();
     }
-    let print = flaws.fingerprint.map_or_else(
-        || String::from_utf8_lossy(body).into_owned(),
-        |member| {
-            let json: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-            json[member].to_string()
-        },
-    );
+    let print = fingerprint(flaws, body);
+    let bare = (headers.get("idempotency-key")).is_some_and(|v| !v.as_bytes().starts_with(b"\""));
     let name = format!("{} {key}", auth.unwrap_or(""));
     let found = {
         let mut s = state.lock().unwrap();
@@ -154,8 +163,13 @@ async fn answer(
         let kept = s.records.get(&name).map(|(d, p, _)| (d.clone(), p.clone()));
         match (joined.flatten(), kept) {
             (Some(done), _) => Ok((done, false)),
-            (None, Some((_, p))) if flaws.fingerprint.is_some() && p != print => Err(()),
+            (None, Some((_, p))) if compares(flaws) && p != print => Err(()),
             (None, Some((done, _))) => Ok((done, false)),
+            (None, None) if bare && flaws.bare_unrecorded => {
+                let done = begin(state, &mut s, flaws, &name, &key, print);
+                s.records.remove(&name);
+                Ok((done, true))
+            }
             (None, None) => Ok((begin(state, &mut s, flaws, &name, &key, print), true)),
         }
     };
@@ -167,6 +181,38 @@ async fn answer(
     }
     let id = done.wait_for(Option::is_some).await.unwrap().clone();
     created(flaws, origin, &id.unwrap(), ran)
+}
+
+/// Whether a body is compared under a key at all (the flawless API ignores bodies).
+fn compares(flaws: Flaws) -> bool {
+    flaws.fingerprint.is_some() || flaws.fingerprint_skips.is_some() || flaws.fingerprint_shape
+}
+
+/// What is compared of `body` under a key.
+fn fingerprint(flaws: Flaws, body: &Bytes) -> String {
+    use serde_json::Value;
+    let json: Value = serde_json::from_slice(body).unwrap_or_default();
+    if let Some(member) = flaws.fingerprint {
+        return json[member].to_string();
+    }
+    let Value::Object(mut members) = json else {
+        return String::from_utf8_lossy(body).into_owned();
+    };
+    if let Some(skipped) = flaws.fingerprint_skips {
+        members.remove(skipped);
+    }
+    if flaws.fingerprint_shape {
+        fn shape(v: &Value) -> Value {
+            match v {
+                Value::Object(m) => m.keys().map(|k| Value::from(k.clone())).collect(),
+                Value::Array(a) => Value::from(a.len()),
+                other => other.clone(),
+            }
+        }
+        let shaped = members.iter().map(|(k, v)| (k.clone(), shape(v)));
+        members = shaped.collect();
+    }
+    Value::Object(members).to_string()
 }
 
 /// The `201` of `id`, first (`ran`) or replayed.

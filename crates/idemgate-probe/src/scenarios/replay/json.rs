@@ -58,14 +58,14 @@ impl Members {
     }
 }
 
-/// Most bodies [`changed`] makes: one per top-level member changed, the first, the last
-/// and one between.
-pub(crate) const CHANGED: usize = 3;
+/// Most bodies [`changed`] makes: one per top-level member changed (spread over the
+/// object when it has more).
+pub(crate) const CHANGED: usize = 8;
 
 /// The body with one value changed, at most [`CHANGED`] ways, each with what changed: in a
-/// JSON object, the first, last and middle top-level member's value, one at a time (a
-/// server that leaves a member out of its fingerprint replays one of them); otherwise bytes
-/// appended.
+/// JSON object, each top-level member's value in turn (a server that leaves a member out
+/// of its fingerprint replays one of them), a nested object or array changed at its first
+/// leaf value, not in its shape; otherwise bytes appended.
 pub(crate) fn changed(body: &Bytes) -> Vec<(String, Bytes)> {
     let Some(m) = Members::parse(body).filter(|m| !m.0.is_empty()) else {
         let other = match body.is_empty() {
@@ -74,15 +74,22 @@ pub(crate) fn changed(body: &Bytes) -> Vec<(String, Bytes)> {
         };
         return vec![("bytes appended".into(), other)];
     };
-    let last = m.0.len() - 1;
-    let mut at = vec![0, last, last / 2];
-    at.dedup();
-    at.sort_unstable();
-    at.dedup();
+    let n = m.0.len();
+    let step = n.div_ceil(CHANGED);
+    // The last member always among them: spread from the first to the last.
+    let mut at: Vec<usize> = (0..n).step_by(step).collect();
+    if at.last() != Some(&(n - 1)) {
+        if at.len() >= CHANGED {
+            at.pop();
+        }
+        at.push(n - 1);
+    }
     let variant = |i: usize| {
         let mut other = Members(m.0.clone());
         let (name, value) = &mut other.0[i];
-        *value = changed_value(value);
+        let parsed: Value = serde_json::from_str(value.get()).unwrap_or(Value::Null);
+        let changed = changed_value(parsed).to_string();
+        *value = RawValue::from_string(changed).expect("a serde_json value is JSON");
         (
             format!("member {} changed", Value::String(name.clone())),
             other.write(""),
@@ -91,12 +98,11 @@ pub(crate) fn changed(body: &Bytes) -> Vec<(String, Bytes)> {
     at.into_iter().map(variant).collect()
 }
 
-/// `value` changed, its type kept where it can be: a number plus one, a string with
-/// `-probe` appended, a boolean negated, a member or an element added.
-fn changed_value(value: &RawValue) -> Box<RawValue> {
-    let text = value.get();
-    let parsed: Value = serde_json::from_str(text).unwrap_or(Value::Null);
-    let other = match parsed {
+/// `value` changed, its type and shape kept where they can be: a number plus one, a string
+/// with `-probe` appended, a boolean negated, `null` made `true`; an object or array at its
+/// first member or element (a member or element added when it has none).
+fn changed_value(value: Value) -> Value {
+    match value {
         Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
             (Some(u), _, _) => Value::from(u.wrapping_add(1)),
             (_, Some(i), _) => Value::from(i.wrapping_add(1)),
@@ -106,15 +112,22 @@ fn changed_value(value: &RawValue) -> Box<RawValue> {
         Value::Bool(b) => Value::Bool(!b),
         Value::Null => Value::Bool(true),
         Value::Array(mut items) => {
-            items.push(Value::Bool(true));
+            match items.first_mut() {
+                Some(first) => *first = changed_value(first.take()),
+                None => items.push(Value::Bool(true)),
+            }
             Value::Array(items)
         }
         Value::Object(mut members) => {
-            members.insert("idemgate_probe_changed".into(), Value::Bool(true));
+            match members.values_mut().next() {
+                Some(first) => *first = changed_value(first.take()),
+                None => {
+                    members.insert("idemgate_probe_changed".into(), Value::Bool(true));
+                }
+            }
             Value::Object(members)
         }
-    };
-    RawValue::from_string(other.to_string()).expect("a serde_json value is JSON")
+    }
 }
 
 async fn spelled(p: &Probe, spell: fn(&Members, &[u8]) -> Option<Bytes>, what: &str) -> Verdict {
