@@ -44,6 +44,7 @@ mod config;
 mod outcome;
 mod peek;
 mod pending;
+pub mod planted;
 mod reclaim;
 #[cfg(test)]
 mod tests;

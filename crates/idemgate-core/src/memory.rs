@@ -7,12 +7,14 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 mod admin;
+mod hooks;
 
 use crate::durability::{Durability, DurabilityLevel};
 use crate::gauges::{GaugedStore, RecordFacts, StoreCount};
@@ -31,15 +33,13 @@ pub struct MemoryStore {
     records: Mutex<HashMap<ScopedKey, RawRecord>>,
     epoch: UnixMillis,
     started: Instant,
+    /// Added to the clock ([`MemoryStore::shift_clock`]: a simulated clock jump); 0 unless set.
+    shift: AtomicI64,
 }
 
 impl Default for MemoryStore {
     fn default() -> Self {
-        Self {
-            records: Mutex::default(),
-            epoch: crate::record::now_millis(),
-            started: Instant::now(),
-        }
+        Self::starting_at(crate::record::now_millis())
     }
 }
 
@@ -68,6 +68,7 @@ impl MemoryStore {
     pub fn now(&self) -> UnixMillis {
         self.epoch
             .saturating_add(i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX))
+            .saturating_add(self.shift.load(Ordering::Relaxed))
     }
 
     fn map(&self) -> MutexGuard<'_, Map> {

@@ -76,7 +76,7 @@ fn tokens(s: &mut State) {
     }
     for a in &mut s.attempts {
         match &mut a.phase {
-            Phase::Begin => {}
+            Phase::Begin | Phase::Waiting { .. } | Phase::WaiterBegin { .. } => {}
             Phase::TakeOver(r) => name(&mut r.token),
             Phase::Held { lease, .. } | Phase::Outcome { lease, .. } | Phase::Reclaim(lease) => {
                 name(&mut lease.token)

@@ -20,6 +20,7 @@ pub(crate) fn replicate(s: &mut State) {
 pub(crate) fn failover(m: &Protocol, s: &mut State) {
     s.primary = s.standby;
     s.failovers += 1;
+    s.landed_in_gate = false;
     if m.journal {
         s.gate_closed = true;
         for gw in &mut s.gateways {
@@ -29,9 +30,11 @@ pub(crate) fn failover(m: &Protocol, s: &mut State) {
 }
 
 /// The journal's restore: an entry is written back where the store holds no record of the
-/// key, or an `in_progress` one with a lower fence, or the same fence under another token;
-/// a completed record is never overwritten. An `in_progress` entry of this run gets a live
-/// lease; one of an earlier run a lapsed one (a retry gets `outcome-unknown`).
+/// key; or an `in_progress` one of a lower fence, or of the same fence under another token
+/// or whose outcome the entry holds; or, for an entry with an outcome, a completed record of
+/// a lower fence (a take-over's outcome the failover lost wins over an outcome written after
+/// it). An `in_progress` entry of this run gets a live lease; one of an earlier run a lapsed
+/// one (a retry gets `outcome-unknown`).
 pub(crate) fn restore(m: &Protocol, s: &mut State, gateway: u8) {
     let g = usize::from(gateway);
     let entries = s.gateways[g].journal.clone();
@@ -39,12 +42,13 @@ pub(crate) fn restore(m: &Protocol, s: &mut State, gateway: u8) {
         if m.bugs.journal_ignored {
             break;
         }
+        let (entry, done) = (e.record, e.record.state != Stored::InProgress);
         let replaces = match s.primary {
             None => true,
             Some(r) if r.state == Stored::InProgress => {
-                r.fence < e.record.fence || (r.fence == e.record.fence && r.token != e.record.token)
+                r.fence < entry.fence || (r.fence == entry.fence && (r.token != entry.token || done))
             }
-            Some(_) => false,
+            Some(r) => done && r.fence < entry.fence && !m.bugs.restore_keeps_completed,
         };
         if replaces {
             let live = e.record.state == Stored::InProgress && this_run;
@@ -53,9 +57,11 @@ pub(crate) fn restore(m: &Protocol, s: &mut State, gateway: u8) {
                 lease_end,
                 ..e.record
             });
+            s.landed_in_gate |= done;
             s.restores += 1;
         }
     }
     s.gateways[g].restored = true;
     s.gate_closed = s.gateways.iter().any(|gw| !gw.restored);
+    s.landed_in_gate &= s.gate_closed;
 }

@@ -30,8 +30,10 @@ use stateright::{Model, Property};
 
 mod canonical;
 mod failover;
+mod operator;
 mod state;
 mod step;
+mod wait;
 
 pub use state::{
     Answer, Answered, Attempt, Entry, Gateway, Lease, Phase, Record, State, Stored, Write,
@@ -51,6 +53,12 @@ pub struct Bugs {
     /// A take-over whose forward did nothing releases (deletes) the record, as the code did
     /// before the model found it: the next request runs afresh, unmarked.
     pub takeover_release_deletes: bool,
+    /// The journal's restore never writes over a completed record, as the code did before
+    /// the model found it: a take-over the failover lost loses to the outcome its earlier
+    /// holder wrote after the failover.
+    pub restore_keeps_completed: bool,
+    /// A retry is answered from an outcome that landed while the gate is closed.
+    pub replays_not_held: bool,
 }
 
 /// The protocol's bounds and settings.
@@ -76,6 +84,10 @@ pub struct Protocol {
     pub takeover: bool,
     /// A store call may land with its answer lost.
     pub lost_answers: bool,
+    /// Duplicates of an in-flight key wait for its outcome (`on_in_flight = "wait"`).
+    pub waits: bool,
+    /// An operator may act once on a stuck key (`idemgate release --force`, `resolve`).
+    pub operator: bool,
     /// Planted bugs.
     pub bugs: Bugs,
 }
@@ -96,6 +108,8 @@ impl Protocol {
             journal: true,
             takeover: false,
             lost_answers: true,
+            waits: false,
+            operator: false,
             bugs: Bugs::default(),
         }
     }
@@ -123,6 +137,7 @@ impl Protocol {
             standby: None,
             now: 0,
             gate_closed: false,
+            landed_in_gate: false,
             failovers: 0,
             crashes: 0,
             tokens: 0,
@@ -135,6 +150,8 @@ impl Protocol {
             landed: None,
             stale_write: false,
             restores: 0,
+            releases: 0,
+            operated: false,
         }
     }
 }
@@ -155,6 +172,12 @@ pub mod names {
     pub const A_RESTORE: &str = "a journal restores a record";
     /// Reachable: a failover while a holder is between its forward and its outcome write.
     pub const FAILOVER_MID_FLIGHT: &str = "a failover with an outcome pending";
+    /// Reachable (with waiters): a waiter answered with a replay.
+    pub const A_WAITER_REPLAY: &str = "a waiter gets a replay";
+    /// Reachable (with waiters): a waiter acquires a key its holder released.
+    pub const A_WAITER_ACQUIRES: &str = "a waiter acquires a released key";
+    /// Reachable (with an operator): an operator released or resolved a stuck key.
+    pub const AN_OPERATOR_ACTS: &str = "an operator acts on a stuck key";
 }
 
 impl Model for Protocol {
@@ -186,6 +209,13 @@ impl Model for Protocol {
             Property::sometimes(names::A_REPLAY, |_, s: &State| s.answered.replay),
             Property::sometimes(names::AN_UNKNOWN, |_, s: &State| s.answered.unknown),
             Property::sometimes(names::A_RESTORE, |_, s: &State| s.restores > 0),
+            Property::sometimes(names::A_WAITER_REPLAY, |_, s: &State| {
+                s.answered.waiter_replay
+            }),
+            Property::sometimes(names::A_WAITER_ACQUIRES, |_, s: &State| {
+                s.answered.waiter_acquired
+            }),
+            Property::sometimes(names::AN_OPERATOR_ACTS, |_, s: &State| s.operated),
             Property::sometimes(names::FAILOVER_MID_FLIGHT, |_, s: &State| {
                 s.failovers > 0
                     && (s.attempts.iter()).any(|a| matches!(a.phase, Phase::Outcome { .. }))

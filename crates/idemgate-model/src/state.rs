@@ -67,6 +67,21 @@ pub enum Phase {
     /// An insert whose answer was lost: followed up to release what it may have left
     /// (`reclaim`).
     Reclaim(Lease),
+    /// A duplicate waiting for the key's outcome (`wait_in_flight`, on a route with
+    /// `on_in_flight = "wait"`): `releases` is [`State::releases`] when it started reading,
+    /// `tried` whether it spent its one acquire of a released key.
+    Waiting {
+        /// Releases seen so far (a newer one is the release's event).
+        releases: u8,
+        /// Its one acquire of a released key is spent.
+        tried: bool,
+    },
+    /// A waiter's `begin` (`acquire_for` of a released key, or a lapsed lease on a route
+    /// that takes over); `tried` is carried to the wait that may follow.
+    WaiterBegin {
+        /// Its one acquire of a released key is spent.
+        tried: bool,
+    },
 }
 
 /// A request in a gateway: its phase and the client waiting for it (`None` once the client
@@ -106,6 +121,10 @@ pub struct Answered {
     pub wrong_replay: bool,
     /// `outcome-unknown` was answered.
     pub unknown: bool,
+    /// A waiter was answered with a replay.
+    pub waiter_replay: bool,
+    /// A waiter acquired a released key.
+    pub waiter_acquired: bool,
 }
 
 /// A journal entry (the forward journal's `Entry`): what this gateway acquired, kept on its
@@ -141,6 +160,10 @@ pub struct State {
     pub now: u8,
     /// New keys refused after a failover until every gateway restored its journal.
     pub gate_closed: bool,
+    /// An outcome landed on the primary (or was restored to it) while the gate is closed:
+    /// a retry is not answered with it until the gate opens (`ReplayHeld`), since another
+    /// gateway's restore may still write a take-over's outcome over it.
+    pub landed_in_gate: bool,
     /// Failovers so far.
     pub failovers: u8,
     /// Crashes so far.
@@ -167,4 +190,8 @@ pub struct State {
     pub stale_write: bool,
     /// Records written back from a journal after a failover.
     pub restores: u8,
+    /// Releases landed so far: each announces its release event to the waiters.
+    pub releases: u8,
+    /// An operator acted on the key (`idemgate release --force` or `resolve`).
+    pub operated: bool,
 }

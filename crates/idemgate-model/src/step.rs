@@ -2,7 +2,7 @@
 //! lifecycle (named as in `idemgate_core::lifecycle`), a store primitive, a crash, a restart,
 //! replication, a failover and a journal's restore.
 
-use crate::failover;
+use crate::{failover, operator, wait};
 use crate::state::{Answer, Attempt, Entry, Lease, Phase, Record, State, Stored, Write};
 use crate::Protocol;
 
@@ -80,6 +80,20 @@ pub enum Action {
         /// The gateway's index.
         gateway: u8,
     },
+    /// A waiter's watcher reads the record and it is news (`watcher::watch`).
+    Watch {
+        /// The attempt's index in `State::attempts`.
+        attempt: u8,
+    },
+    /// A waiter stops: `max_wait` passed, or its client left (`409`).
+    GiveUp {
+        /// The attempt's index in `State::attempts`.
+        attempt: u8,
+    },
+    /// `idemgate release --force` of a stuck key that did not run.
+    OperatorRelease,
+    /// `idemgate resolve` of a stuck key that ran, with its answer.
+    Resolve,
 }
 
 /// Every action enabled in `s`.
@@ -98,7 +112,7 @@ pub(crate) fn actions(m: &Protocol, s: &State, out: &mut Vec<Action>) {
         }
     }
     for (i, a) in s.attempts.iter().enumerate() {
-        attempt_actions(m, i as u8, a, out);
+        attempt_actions(m, s, i as u8, a, out);
     }
     if s.now < m.max_time {
         out.push(Action::Tick);
@@ -106,6 +120,7 @@ pub(crate) fn actions(m: &Protocol, s: &State, out: &mut Vec<Action>) {
     if s.standby != s.primary {
         out.push(Action::Replicate);
     }
+    operator::actions(m, s, out);
     if s.failovers < m.max_failovers {
         out.push(Action::Failover);
     }
@@ -122,11 +137,19 @@ pub(crate) fn actions(m: &Protocol, s: &State, out: &mut Vec<Action>) {
     }
 }
 
-fn attempt_actions(m: &Protocol, attempt: u8, a: &Attempt, out: &mut Vec<Action>) {
+fn attempt_actions(m: &Protocol, s: &State, attempt: u8, a: &Attempt, out: &mut Vec<Action>) {
     let lost = [false, true];
     let lost = &lost[..if m.lost_answers { 2 } else { 1 }];
     match a.phase {
-        Phase::Begin => out.extend(lost.iter().map(|&lost| Action::Begin { attempt, lost })),
+        Phase::Begin | Phase::WaiterBegin { .. } => {
+            out.extend(lost.iter().map(|&lost| Action::Begin { attempt, lost }));
+        }
+        Phase::Waiting { .. } => {
+            if wait::news(m, s, a).is_some() {
+                out.push(Action::Watch { attempt });
+            }
+            out.push(Action::GiveUp { attempt });
+        }
         Phase::TakeOver(_) => out.push(Action::TakeOver { attempt }),
         Phase::Held { .. } => {
             out.push(Action::Renew { attempt });
@@ -173,8 +196,8 @@ pub(crate) fn next(m: &Protocol, last: &State, action: Action) -> Option<State> 
             attempt,
             nothing_done,
         } => forward(m, &mut s, attempt, nothing_done),
-        Action::WriteOutcome { attempt, lost } => write_outcome(&mut s, attempt, lost),
-        Action::Reclaim { attempt } => reclaim(&mut s, attempt),
+        Action::WriteOutcome { attempt, lost } => write_outcome(m, &mut s, attempt, lost),
+        Action::Reclaim { attempt } => reclaim(m, &mut s, attempt),
         Action::Tick => s.now += 1,
         Action::Replicate => failover::replicate(&mut s),
         Action::Failover => failover::failover(m, &mut s),
@@ -187,6 +210,10 @@ pub(crate) fn next(m: &Protocol, last: &State, action: Action) -> Option<State> 
             }
         }
         Action::Restore { gateway } => failover::restore(m, &mut s, gateway),
+        Action::Watch { attempt } => wait::watch(m, &mut s, attempt),
+        Action::GiveUp { attempt } => answer(&mut s, attempt, Answer::InFlight),
+        Action::OperatorRelease => operator::release(m, &mut s),
+        Action::Resolve => operator::resolve(&mut s),
     }
     // Two states alike but for the order of attempts, the names of clients, gateways and
     // tokens are one.
@@ -195,7 +222,7 @@ pub(crate) fn next(m: &Protocol, last: &State, action: Action) -> Option<State> 
 }
 
 /// Ends `attempt` with `answer` to its client, if the client still waits.
-fn answer(s: &mut State, attempt: u8, answer: Answer) {
+pub(crate) fn answer(s: &mut State, attempt: u8, answer: Answer) {
     let a = s.attempts.remove(usize::from(attempt));
     if let Some(c) = a.client {
         s.clients[usize::from(c)].1 = false;
@@ -204,6 +231,7 @@ fn answer(s: &mut State, attempt: u8, answer: Answer) {
             Answer::Replay(n) => {
                 s.answered.replay = true;
                 s.answered.wrong_replay |= Some(n) != s.landed;
+                s.answered.waiter_replay |= matches!(a.phase, Phase::Waiting { .. });
             }
             Answer::OutcomeUnknown => s.answered.unknown = true,
             _ => {}
@@ -211,7 +239,7 @@ fn answer(s: &mut State, attempt: u8, answer: Answer) {
     }
 }
 
-fn phase(s: &mut State, attempt: u8, phase: Phase) {
+pub(crate) fn phase(s: &mut State, attempt: u8, phase: Phase) {
     s.attempts[usize::from(attempt)].phase = phase;
 }
 
@@ -247,6 +275,10 @@ fn journal(m: &Protocol, s: &mut State, attempt: u8, record: Record) {
 
 /// `Lifecycle::begin`: `insert_or_get`, then `decide` on what it found.
 fn begin(m: &Protocol, s: &mut State, attempt: u8, lost: bool) {
+    let tried = match s.attempts[usize::from(attempt)].phase {
+        Phase::WaiterBegin { tried } => Some(tried),
+        _ => None,
+    };
     let Some(record) = s.primary else {
         if s.gate_closed {
             // New keys are refused until every gateway restored its journal.
@@ -259,6 +291,7 @@ fn begin(m: &Protocol, s: &mut State, attempt: u8, lost: bool) {
             return phase(s, attempt, Phase::Reclaim(lease));
         }
         journal(m, s, attempt, record);
+        s.answered.waiter_acquired |= tried.is_some();
         return phase(
             s,
             attempt,
@@ -269,7 +302,14 @@ fn begin(m: &Protocol, s: &mut State, attempt: u8, lost: bool) {
         );
     };
     match record.state {
+        // `ReplayHeld`: another gateway's restore may still write over it.
+        Stored::Completed(_) if wait::held(m, s) => answer(s, attempt, Answer::Unavailable),
         Stored::Completed(n) => answer(s, attempt, Answer::Replay(n)),
+        Stored::InProgress if s.now < record.lease_end && m.waits => {
+            let releases = s.releases;
+            let tried = tried.unwrap_or(false);
+            phase(s, attempt, Phase::Waiting { releases, tried });
+        }
         Stored::InProgress if s.now < record.lease_end => answer(s, attempt, Answer::InFlight),
         Stored::InProgress if m.takeover || m.bugs.takeover_by_default => {
             phase(s, attempt, Phase::TakeOver(record));
@@ -341,7 +381,7 @@ fn forward(m: &Protocol, s: &mut State, attempt: u8, nothing_done: bool) {
 
 /// `PendingOutcome::retry`: lands under the lease's fence and token (a lapsed lease alone
 /// does not stop it), finds that an earlier try landed, or fails with `LeaseLost`.
-fn write_outcome(s: &mut State, attempt: u8, lost: bool) {
+fn write_outcome(m: &Protocol, s: &mut State, attempt: u8, lost: bool) {
     let a = s.attempts[usize::from(attempt)];
     let Phase::Outcome { lease, write } = a.phase else {
         unreachable!("an outcome's phase")
@@ -368,8 +408,12 @@ fn write_outcome(s: &mut State, attempt: u8, lost: bool) {
                 ..r
             });
             s.landed.get_or_insert(n);
+            s.landed_in_gate |= s.gate_closed;
         }
-        Write::Release => s.primary = None,
+        Write::Release => {
+            s.primary = None;
+            s.releases += u8::from(m.waits);
+        }
     }
     let journal = &mut s.gateways[usize::from(a.gateway)].journal;
     for (e, _) in journal
@@ -387,7 +431,7 @@ fn write_outcome(s: &mut State, attempt: u8, lost: bool) {
 }
 
 /// `reclaim`: the fenced release of a record an insert may have left; the client got 503.
-fn reclaim(s: &mut State, attempt: u8) {
+fn reclaim(m: &Protocol, s: &mut State, attempt: u8) {
     let Phase::Reclaim(lease) = s.attempts[usize::from(attempt)].phase else {
         unreachable!("a reclaim's phase")
     };
@@ -396,6 +440,7 @@ fn reclaim(s: &mut State, attempt: u8) {
         .is_some_and(|r| ours(&r) && r.state == Stored::InProgress)
     {
         s.primary = None;
+        s.releases += u8::from(m.waits);
     }
     answer(s, attempt, Answer::Unavailable);
 }

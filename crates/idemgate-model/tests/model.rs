@@ -1,5 +1,5 @@
 //! The protocol model checked to completion at CI's bound, and each planted bug refuted.
-//! `cargo test --release --manifest-path crates/idemgate-model/Cargo.toml -- --ignored`
+//! `cargo test --release --manifest-path crates/idemgate-model/Cargo.toml --target-dir target/model -- --ignored`
 //! checks a longer bound on purpose.
 
 use std::collections::BTreeSet;
@@ -70,30 +70,59 @@ fn the_protocol_keeps_at_most_once_at_the_ci_bound() {
 }
 
 /// Where the route opts in to take-overs: reruns happen, each marked by the attempt header
-/// (`Idempotent-Takeover`), never a second unmarked one, and no stale write lands. Store
-/// answers are not lost here (the bound with them runs past CI's minutes).
+/// (`Idempotent-Takeover`), never a second unmarked one; no stale write lands; and a
+/// failover never changes the outcome replayed. Store answers are not lost here (the bound
+/// with them runs past CI's minutes).
 #[test]
-fn with_take_overs_every_rerun_is_marked() {
+fn with_take_overs_every_rerun_is_marked_and_replays_hold() {
     let m = Protocol {
         takeover: true,
         lost_answers: false,
         ..Protocol::ci()
     };
-    holds_only(m, &[names::AT_MOST_ONCE, names::NO_STALE_WRITE]);
+    holds_only(m, &SAFETY);
 }
 
-/// Found by this model, open: with take-overs and a failover, the take-over's outcome is
-/// lost with the primary's suffix, the holder taken over from gets its live lease back from
-/// its journal and its outcome lands, and the restore of the take-over's entry does not
-/// overwrite a completed record: replays answer the first holder's response, though the
-/// take-over's was stored (and answered) first. No operation runs twice (see above).
+/// Where duplicates wait for the outcome (`on_in_flight = "wait"`): a waiter answers with
+/// the stored outcome, `outcome-unknown` or `409`, or acquires a key its holder released,
+/// and no key runs twice. Without crashes and lost store answers (a holder's lease still
+/// lapses by the clock), so it fits CI's minutes.
 #[test]
-fn with_take_overs_a_failover_can_change_the_stored_outcome() {
+fn with_waiters_the_protocol_holds() {
     let m = Protocol {
-        takeover: true,
+        waits: true,
+        lost_answers: false,
+        max_crashes: 0,
         ..Protocol::ci()
     };
-    refuted(m, names::REPLAYS_EQUAL);
+    let reached = [
+        names::A_WAITER_REPLAY,
+        names::A_WAITER_ACQUIRES,
+        names::A_RESTORE,
+    ];
+    holds(m, &reached);
+}
+
+/// An operator's `release --force` and `resolve`, each under the runbook's premise (it did
+/// not run and cannot be running; it ran, with its answer), against holders that are late,
+/// crash or fail over: no key runs twice and every replay is the answer stored first.
+#[test]
+fn with_an_operator_the_protocol_holds() {
+    let m = Protocol {
+        operator: true,
+        lost_answers: false,
+        ..Protocol::ci()
+    };
+    holds(m, &[names::AN_OPERATOR_ACTS, names::A_REPLAY]);
+}
+
+/// The CI bound with `bugs` planted, with or without take-overs.
+fn planted(bugs: Bugs, takeover: bool) -> Protocol {
+    Protocol {
+        bugs,
+        takeover,
+        ..Protocol::ci()
+    }
 }
 
 /// Found by this model, and fixed (`Finished::LeftToLapse`): a take-over whose forward the
@@ -105,16 +134,44 @@ fn planted_release_after_a_take_over_is_refuted() {
         takeover_release_deletes: true,
         ..Bugs::default()
     };
-    let m = Protocol {
-        bugs,
-        takeover: true,
-        ..Protocol::ci()
+    refuted(planted(bugs, true), names::AT_MOST_ONCE);
+}
+
+/// Found by this model, and fixed in the journal's restore: the take-over's outcome is lost
+/// with the primary's suffix, the holder taken over from gets its live lease back from its
+/// journal and its outcome lands, and the restore of the take-over's entry did not write
+/// over a completed record: replays answered the first holder's response, though the
+/// take-over's was stored (and answered) first.
+#[test]
+fn planted_restore_that_keeps_a_completed_record_is_refuted() {
+    let bugs = Bugs {
+        restore_keeps_completed: true,
+        ..Bugs::default()
     };
-    refuted(m, names::AT_MOST_ONCE);
+    let m = Protocol {
+        lost_answers: false,
+        ..planted(bugs, true)
+    };
+    refuted(m, names::REPLAYS_EQUAL);
+}
+
+/// The other half of that fix: until every journal has restored, an outcome that landed
+/// after the failover is not replayed (`ReplayHeld`); a restore may still write over it.
+#[test]
+fn planted_replay_of_an_outcome_landed_in_the_gate_is_refuted() {
+    let bugs = Bugs {
+        replays_not_held: true,
+        ..Bugs::default()
+    };
+    let m = Protocol {
+        lost_answers: false,
+        ..planted(bugs, true)
+    };
+    refuted(m, names::REPLAYS_EQUAL);
 }
 
 /// The longer bound, on purpose: `cargo test --release --manifest-path
-/// crates/idemgate-model/Cargo.toml -- --ignored` (about 11 minutes on 2 cores).
+/// crates/idemgate-model/Cargo.toml --target-dir target/model -- --ignored` (about 11 minutes on 2 cores).
 #[test]
 #[ignore = "minutes: run on purpose"]
 fn the_protocol_keeps_at_most_once_at_the_long_bound() {
@@ -137,12 +194,7 @@ fn planted_renew_without_its_fence_is_refuted() {
         renew_unfenced: true,
         ..Bugs::default()
     };
-    let m = Protocol {
-        bugs,
-        takeover: true,
-        ..Protocol::ci()
-    };
-    refuted(m, names::NO_STALE_WRITE);
+    refuted(planted(bugs, true), names::NO_STALE_WRITE);
 }
 
 #[test]
@@ -151,13 +203,7 @@ fn planted_takeover_by_default_is_refuted() {
         takeover_by_default: true,
         ..Bugs::default()
     };
-    refuted(
-        Protocol {
-            bugs,
-            ..Protocol::ci()
-        },
-        names::AT_MOST_ONCE,
-    );
+    refuted(planted(bugs, false), names::AT_MOST_ONCE);
 }
 
 #[test]
@@ -166,11 +212,5 @@ fn planted_journal_ignored_after_failover_is_refuted() {
         journal_ignored: true,
         ..Bugs::default()
     };
-    refuted(
-        Protocol {
-            bugs,
-            ..Protocol::ci()
-        },
-        names::AT_MOST_ONCE,
-    );
+    refuted(planted(bugs, false), names::AT_MOST_ONCE);
 }

@@ -51,10 +51,16 @@ use crate::error::PostgresStoreError;
 /// (`<table>_failovers`, by the database clock), and until this process has restored its
 /// entries. An entry is restored only where the store holds no live record of the key, or
 /// an `in_progress` one with a lower fence, or with the same fence (another token there is
-/// an insert made on the new primary while the gates closed, never forwarded); a completed
-/// or failed record is never overwritten and no fence is ever lowered. An `in_progress` entry of this run gets a live lease (its holder is still
-/// running); one from an earlier run is restored with its lease lapsed, so a retry gets
-/// `outcome-unknown` and never a second run.
+/// an insert made on the new primary while the gates closed, never forwarded), or, for an
+/// entry with an outcome, a completed or failed record of a lower fence (a take-over the
+/// failover lost: its outcome was answered first, before the one the lower fence's holder
+/// wrote after the failover); no fence is ever lowered. An
+/// `in_progress` entry of this run gets a live lease (its holder is still running); one from
+/// an earlier run is restored with its lease lapsed, so a retry gets `outcome-unknown` and
+/// never a second run. While the gate is closed, a retry of a key whose outcome landed after
+/// the failover's first detection (less `failover_grace`) is refused as well
+/// ([`StoreError::Refused`]), not replayed: another process's restore may still write a
+/// take-over's outcome over it.
 ///
 /// What it does not close: a process that dies with the primary restores its entries when
 /// it starts again; until then, and after `failover_grace`, retries of those keys at other
@@ -223,9 +229,9 @@ impl Journal {
     /// `in_progress`, which a restore after a crash writes back with a lapsed lease (its
     /// retries get `outcome-unknown`, never a second run). A failure is logged.
     pub(crate) fn outcome(&self, lease: &Lease, response: Option<&StoredResponse>) {
-        let (key, fence, response) = (lease.key.clone(), lease.fence, response.cloned());
+        let (lease, response) = (lease.clone(), response.cloned());
         self.file.queue("an outcome", move |file| {
-            file.outcome(&key, fence, response.as_ref()).map(drop)
+            file.outcome(&lease, response.as_ref()).map(drop)
         });
     }
 
@@ -280,9 +286,9 @@ impl Journal {
     /// Drops the entry of a released lease (its operation did not run), without waiting
     /// for the file's commit.
     pub(crate) fn released(&self, lease: &Lease) {
-        let (key, fence) = (lease.key.clone(), lease.fence);
+        let lease = lease.clone();
         self.file
-            .queue("a released key", move |file| file.remove(&key, fence));
+            .queue("a released key", move |file| file.remove(&lease));
     }
 }
 

@@ -119,6 +119,21 @@ impl PostgresStore {
         }
     }
 
+    /// The live record of `key`, never held (the journal's own reads).
+    pub(crate) async fn get_direct(
+        &self,
+        key: &ScopedKey,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let Some(found) = self.read(key).await? else {
+            return Ok(None);
+        };
+        let read = row::decode(key, &found)?;
+        if read.expired() {
+            return Ok(None);
+        }
+        Ok(Some(row::validate(read.raw)?))
+    }
+
     /// `release` without the forward journal.
     pub(crate) async fn release_direct(&self, lease: &Lease) -> Result<(), StoreError> {
         match &self.sync {
@@ -224,15 +239,14 @@ impl IdempotencyStore for PostgresStore {
         released
     }
 
+    /// The live record, unless the forward journal holds it while a failover is handled
+    /// ([`StoreError::Refused`]: a waiter's watcher reads again).
     async fn get(&self, key: &ScopedKey) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let Some(found) = self.read(key).await? else {
-            return Ok(None);
-        };
-        let read = row::decode(key, &found)?;
-        if read.expired() {
-            return Ok(None);
+        let record = self.get_direct(key).await?;
+        match (&self.journal, record) {
+            (Some(link), Some(record)) => link.journal.unless_held(record),
+            (_, record) => Ok(record),
         }
-        Ok(Some(row::validate(read.raw)?))
     }
 
     /// Deletes up to `batch` expired rows in one statement that locks only those rows and

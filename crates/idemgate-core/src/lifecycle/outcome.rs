@@ -179,7 +179,10 @@ impl<St: IdempotencyStore> Lifecycle<St> {
         holder: &'a Holder,
         outcome: Outcome,
     ) -> Result<Finished, PendingOutcome<'a, St>> {
-        if holder.takeover && matches!(outcome, Outcome::Release { .. }) {
+        if holder.takeover
+            && matches!(outcome, Outcome::Release { .. })
+            && !super::planted::takeover_release_deletes()
+        {
             tracing::info!(route = %holder.lease.key.route, key = %super::hash_key(&holder.lease.key), "a take-over's forward did nothing; the record is kept, to lapse, since the earlier holder may have run");
             metrics::counter!(crate::counters::TAKEOVER_RELEASES_KEPT).increment(1);
             return Ok(Finished::LeftToLapse);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use idemgate_core::fingerprint::Fingerprint;
-use idemgate_core::{IdempotencyKey, LeaseToken, RecordState, ScopedKey, StoredResponse};
+use idemgate_core::{IdempotencyKey, Lease, LeaseToken, RecordState, ScopedKey, StoredResponse};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 /// How long opening waits for a lock held by another process before it fails.
@@ -188,14 +188,16 @@ impl JournalFile {
         Ok(())
     }
 
-    /// Records the outcome of the key's entry of fence `fence` (`completed` with `response`,
-    /// or `failed`); false when the journal holds no such entry.
+    /// Records the outcome of `lease`'s entry (`completed` with `response`, or `failed`);
+    /// false when the journal holds no such entry. The entry must be that lease's, token
+    /// included: the key may have been acquired again at the same fence since (after a
+    /// release), and a late write of the earlier lease must not touch the new entry.
     pub(crate) fn outcome(
         &mut self,
-        key: &ScopedKey,
-        fence: i64,
+        lease: &Lease,
         response: Option<&StoredResponse>,
     ) -> rusqlite::Result<bool> {
+        let key = &lease.key;
         let state = match response {
             Some(_) => RecordState::Completed,
             None => RecordState::Failed,
@@ -204,12 +206,12 @@ impl JournalFile {
         let changed = self.conn.execute(
             "UPDATE entries SET state = ?5, status = ?6, headers = ?7, body = ?8, \
              replayable = ?9, seq = ?10, key_id = ?11 \
-             WHERE principal = ?1 AND route = ?2 AND key = ?3 AND fence = ?4",
+             WHERE principal = ?1 AND route = ?2 AND key = ?3 AND fence = ?4 AND token = ?12",
             params![
                 key.principal,
                 key.route,
                 key.key.as_str(),
-                fence,
+                lease.fence,
                 state.as_str(),
                 response.map(|r| r.status),
                 response.map(StoredResponse::encode_headers),
@@ -217,16 +219,27 @@ impl JournalFile {
                 response.map(|r| r.replayable),
                 seq,
                 response.and_then(|r| r.sealed_by.map(|id| id.to_string())),
+                lease.token.0,
             ],
         )?;
         Ok(changed > 0)
     }
 
-    /// Deletes the key's entry of fence `fence` (its record was released).
-    pub(crate) fn remove(&self, key: &ScopedKey, fence: i64) -> rusqlite::Result<()> {
+    /// Deletes `lease`'s entry (its record was released), token included, as
+    /// [`JournalFile::outcome`]: a release retried after its answer was lost finds the lease
+    /// gone (`LeaseLost`) and must not delete the entry of the key's next acquire.
+    pub(crate) fn remove(&self, lease: &Lease) -> rusqlite::Result<()> {
+        let key = &lease.key;
         self.conn.execute(
-            "DELETE FROM entries WHERE principal = ?1 AND route = ?2 AND key = ?3 AND fence = ?4",
-            params![key.principal, key.route, key.key.as_str(), fence],
+            "DELETE FROM entries \
+             WHERE principal = ?1 AND route = ?2 AND key = ?3 AND fence = ?4 AND token = ?5",
+            params![
+                key.principal,
+                key.route,
+                key.key.as_str(),
+                lease.fence,
+                lease.token.0
+            ],
         )?;
         Ok(())
     }
@@ -341,3 +354,6 @@ fn decode(row: &Row<'_>) -> rusqlite::Result<Entry> {
         run: row.get(14)?,
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,12 +2,15 @@
 //! until the journal has restored its entries and `failover_grace` has passed since the
 //! first detection by any process.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// [`Gate::first_seen_ms`] before the failover's record was read.
+const UNKNOWN: i64 = i64::MIN;
 
 /// The gate shared by the connection checks (which close it) and the journal's task (which
 /// opens it). Open is one atomic load on the hot path.
@@ -17,6 +20,9 @@ pub(crate) struct Gate {
     open: AtomicBool,
     /// Failovers seen (a count, so one seen during a restore is handled again).
     seen: AtomicU64,
+    /// The first detection of the failover being handled by any process, in ms of the
+    /// database clock, as recorded in the store; [`UNKNOWN`] until this process read it.
+    first_seen_ms: AtomicI64,
     /// When the gate opens, once the restore for `seen` is done.
     opens_at: Mutex<Option<Instant>>,
     /// Wakes the journal's task when a failover is seen.
@@ -30,6 +36,7 @@ impl Gate {
     pub(crate) fn new() -> Self {
         let gate = Self::default();
         gate.open.store(true, Ordering::SeqCst);
+        gate.first_seen_ms.store(UNKNOWN, Ordering::SeqCst);
         gate
     }
 
@@ -40,6 +47,7 @@ impl Gate {
         // previous restore's time.
         let mut opens_at = self.lock();
         *opens_at = None;
+        self.first_seen_ms.store(UNKNOWN, Ordering::SeqCst);
         self.seen.fetch_add(1, Ordering::SeqCst);
         self.open.store(false, Ordering::SeqCst);
         drop(opens_at);
@@ -60,6 +68,18 @@ impl Gate {
         }
         drop(opens_at);
         self.restored_wake.notify_waiters();
+    }
+
+    /// The failover being handled was first detected at `ms` (database clock), as the
+    /// store recorded it.
+    pub(crate) fn first_seen(&self, ms: i64) {
+        self.first_seen_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// The first detection (ms, database clock) of the failover being handled, once this
+    /// process has read it from the store.
+    pub(crate) fn first_seen_ms(&self) -> Option<i64> {
+        Some(self.first_seen_ms.load(Ordering::SeqCst)).filter(|&ms| ms != UNKNOWN)
     }
 
     /// Waits, at most `limit`, until every failover seen so far is restored; true if it is.
@@ -108,6 +128,9 @@ mod tests {
         assert_eq!(gate.closed_for(), None);
         gate.failover_seen();
         assert_eq!(gate.closed_for(), Some(Duration::from_secs(1)));
+        assert_eq!(gate.first_seen_ms(), None);
+        gate.first_seen(1_000);
+        assert_eq!(gate.first_seen_ms(), Some(1_000));
         let handled = gate.failovers();
         gate.restored(handled, Instant::now() + Duration::from_secs(5));
         assert_eq!(gate.closed_for(), Some(Duration::from_secs(5)));
@@ -120,7 +143,9 @@ mod tests {
         let gate = Gate::new();
         gate.failover_seen();
         let first = gate.failovers();
+        gate.first_seen(1_000);
         gate.failover_seen();
+        assert_eq!(gate.first_seen_ms(), None, "the second is not recorded yet");
         gate.restored(first, Instant::now());
         assert!(
             gate.closed_for().is_some(),

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use idemgate_core::record::duration_ms;
+
 use idemgate_core::{
     IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
     RecordState, StoreError, StoredResponse,
@@ -20,6 +22,17 @@ use crate::store::PostgresStore;
     .0.as_millis()
 )]
 pub(crate) struct FailoverGrace(pub(crate) Duration);
+
+/// A retry answered from a record whose outcome landed while a failover is handled, held
+/// ([`StoreError::Refused`]) until the gate opens: another process's journal may hold a
+/// take-over of the key under a higher fence, whose outcome its restore writes over this one.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the outcome of this key is held for {} ms more: it landed after the store failed over, \
+     and the forward journals restore what the failover lost first",
+    .0.as_millis()
+)]
+pub(crate) struct ReplayHeld(pub(crate) Duration);
 
 /// The longest an outcome write refused during a failover waits for the restore.
 const RESTORE_WAIT: Duration = Duration::from_secs(30);
@@ -49,6 +62,38 @@ impl Journal {
             None => Ok(()),
         }
     }
+
+    /// Whether a retry answered from `record` is held while the gate is closed: a completed
+    /// or failed record whose outcome landed at or after the failover's first detection
+    /// (less `failover_grace`, for the lag between a detection and its record), or any such
+    /// record before this process has read that detection. Records completed before are
+    /// what the standby held: no take-over under a higher fence can follow a completion.
+    fn held(&self, record: &IdempotencyRecord) -> bool {
+        if record.state == RecordState::InProgress {
+            return false;
+        }
+        let Some(first) = self.gate.first_seen_ms() else {
+            return true;
+        };
+        let since = first.saturating_sub(duration_ms(self.options.failover_grace));
+        record.completed_at.is_none_or(|at| at >= since)
+    }
+}
+
+impl Journal {
+    /// `record`, unless it is held while a failover is handled ([`ReplayHeld`]): what a
+    /// read of a key (a waiter's, an operator's) gets then.
+    pub(crate) fn unless_held(
+        &self,
+        record: IdempotencyRecord,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        match self.gate.closed_for() {
+            Some(left) if self.held(&record) => {
+                Err(StoreError::Refused(Box::new(ReplayHeld(left))))
+            }
+            _ => Ok(Some(record)),
+        }
+    }
 }
 
 impl PostgresStore {
@@ -63,6 +108,10 @@ impl PostgresStore {
     ) -> Result<InsertOutcome, StoreError> {
         if let Err(refused) = journal.refuse_if_closed() {
             return match self.existing(&req.key).await? {
+                Some(InsertOutcome::Existing { record, .. }) if journal.held(&record) => {
+                    let left = journal.gate.closed_for().unwrap_or_default();
+                    Err(StoreError::Refused(Box::new(ReplayHeld(left))))
+                }
                 Some(found) => Ok(found),
                 None => Err(refused),
             };
@@ -138,7 +187,7 @@ impl PostgresStore {
             return wrote;
         }
         match self.outcome_direct(lease, response).await {
-            Err(StoreError::LeaseLost) => match self.get(&lease.key).await? {
+            Err(StoreError::LeaseLost) => match self.get_direct(&lease.key).await? {
                 Some(r) if r.fence == lease.fence && landed(&r, response) => Ok(()),
                 _ => Err(StoreError::LeaseLost),
             },

@@ -180,10 +180,14 @@ impl Statements {
     }
 }
 
-/// The batched restore. Never over a live completed or failed record, never to a lower
-/// fence. Over an `in_progress` record of the same fence unless it is the entry's own lease
-/// still in progress: another token there is an insert on the new primary after the
-/// failover, which the gate kept from being forwarded (it is being released).
+/// The batched restore. Never to a lower fence. Over an `in_progress` record of a lower
+/// fence; of the same fence unless it is the entry's own lease still in progress (another
+/// token there is an insert on the new primary after the failover, which the gate kept from
+/// being forwarded: it is being released). An entry with an outcome also over a completed or
+/// failed record of a lower fence: the entry is a take-over whose outcome the failover lost,
+/// and the lower fence's outcome landed after the failover (a completion ends a fence's
+/// take-overs, so the standby cannot have held it before); the take-over's was answered
+/// first. An `in_progress` entry never replaces an outcome.
 fn restore_sql(t: &str) -> String {
     let now = NOW;
     let lease = format!("{now} + u.lease_ms * interval '1 millisecond'");
@@ -214,6 +218,8 @@ fn restore_sql(t: &str) -> String {
          WHERE r.expires_at <= {now} OR (r.state = 'in_progress' AND \
          (r.fence < EXCLUDED.fence OR (r.fence = EXCLUDED.fence \
          AND (r.lease_token IS DISTINCT FROM EXCLUDED.lease_token \
-         OR EXCLUDED.state <> 'in_progress'))))"
+         OR EXCLUDED.state <> 'in_progress')))) \
+         OR (r.state <> 'in_progress' AND EXCLUDED.state <> 'in_progress' \
+         AND r.fence < EXCLUDED.fence)"
     )
 }

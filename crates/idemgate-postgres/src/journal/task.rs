@@ -130,6 +130,7 @@ impl Task {
         let sql = self.statements();
         let id = identity.system_identifier;
         let (first, now) = sql.record_failover(&self.pool, id, timeline).await?;
+        self.journal.gate.first_seen(first);
         let started = Instant::now();
         let entries = self.journal.with_file(|file| file.entries()).await?;
         let mut restored = 0u64;

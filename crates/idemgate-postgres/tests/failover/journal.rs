@@ -20,14 +20,14 @@ use crate::{eventually, replicated, DAY};
 const GRACE: Duration = Duration::from_secs(3);
 
 /// A journal file in a fresh temporary directory (kept until the case ends).
-struct JournalDir(tempfile::TempDir);
+pub(crate) struct JournalDir(tempfile::TempDir);
 
 impl JournalDir {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(tempfile::tempdir().expect("tempdir"))
     }
 
-    fn options(&self, name: &str) -> ForwardJournalOptions {
+    pub(crate) fn options(&self, name: &str) -> ForwardJournalOptions {
         let mut options = ForwardJournalOptions::new(self.path(name));
         options.failover_grace = GRACE;
         options
@@ -39,7 +39,7 @@ impl JournalDir {
 }
 
 /// A store on `url` with a journal, the table migrated.
-async fn journaled(url: &str, journal: ForwardJournalOptions) -> PostgresStore {
+pub(crate) async fn journaled(url: &str, journal: ForwardJournalOptions) -> PostgresStore {
     let options = PostgresOptions::new().with_forward_journal(Some(journal));
     let store = PostgresStore::connect_with(url, &options)
         .await
@@ -68,7 +68,7 @@ async fn complete_keys(store: &PostgresStore, n: usize) -> Vec<(ScopedKey, Store
 /// What `store` answers a retry of `key` with, until it is a record: refusals meanwhile
 /// are allowed, an insert (a second run) never is. Returns the record and how many
 /// refusals came first.
-async fn retried(store: &PostgresStore, key: &ScopedKey) -> (IdempotencyRecord, u32) {
+pub(crate) async fn retried(store: &PostgresStore, key: &ScopedKey) -> (IdempotencyRecord, u32) {
     let refused = std::cell::Cell::new(0);
     let record = eventually(Duration::from_secs(40), "the retry is answered", || {
         let req = request(key, fp(1), Duration::from_secs(30), DAY);
@@ -95,7 +95,7 @@ async fn retried(store: &PostgresStore, key: &ScopedKey) -> (IdempotencyRecord, 
 }
 
 /// Loses what the standby had not received, then promotes it.
-async fn lossy_failover(c: &Cluster) {
+pub(crate) async fn lossy_failover(c: &Cluster) {
     c.kill_primary().await;
     c.drop_receiver().await;
     c.promote().await;

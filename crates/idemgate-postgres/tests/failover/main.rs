@@ -9,6 +9,7 @@ mod hosts;
 mod identity;
 mod journal;
 mod relay;
+mod takeover;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Once};
