@@ -16,6 +16,7 @@ use crate::{Planted, Report};
 pub fn check(seed: u64, planted: Option<Planted>, world: &World, got: &[Got]) -> Report {
     let mut violations = executions(world);
     violations.extend(replays(world, got));
+    violations.extend(whole_answers(world));
     let (records, now) = world.shared.cluster.records();
     violations.extend(left_in_progress(world, &records, now));
     for stale in world.shared.cluster.stale_writes() {
@@ -25,6 +26,7 @@ pub fn check(seed: u64, planted: Option<Planted>, world: &World, got: &[Got]) ->
     Report {
         seed,
         planted,
+        path: world.shared.path,
         violations,
         digest,
         events,
@@ -74,6 +76,27 @@ fn replays(world: &World, got: &[Got]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Every outcome that landed is an answer the upstream sent whole, for its key, of an
+/// execution of it: a response cut on the wire (the proxy path) is never stored.
+fn whole_answers(world: &World) -> Vec<String> {
+    let calls = world.upstream.calls();
+    let sent = |key: &str, status: u16, body: &[u8]| {
+        let ids = calls.iter().filter(|c| c.key == key).filter_map(|c| c.ran);
+        let mut whole = ids.map(|id| match status {
+            201 => format!("exec-{id}"),
+            500 => format!("exec-{id} failed"),
+            _ => String::new(),
+        });
+        (status == 503 && body == b"try again") || whole.any(|w| w.as_bytes() == body)
+    };
+    let landed = world.shared.cluster.landed();
+    let bad = landed
+        .iter()
+        .filter(|(key, status, body)| !sent(key, *status, body));
+    bad.map(|(key, status, body)| format!("{key} stored {status} {body:?}, never sent whole"))
+        .collect()
 }
 
 /// Every `in_progress` record has a live lease, or a known reason: its holder crashed; it

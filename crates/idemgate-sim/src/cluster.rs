@@ -43,6 +43,8 @@ struct State {
     /// or an outcome written meanwhile): provisional, since replays of it are held and a
     /// later restore may write another fence's outcome over it.
     provisional: BTreeMap<String, (u16, Bytes)>,
+    /// Every response that completed a key, by key, in the order they landed.
+    landed: Vec<(String, u16, Bytes)>,
     /// Faults injected, by kind.
     faults: BTreeMap<&'static str, u64>,
 }
@@ -67,6 +69,7 @@ impl Cluster {
             stale_writes: Vec::new(),
             first_completed: BTreeMap::new(),
             provisional: BTreeMap::new(),
+            landed: Vec::new(),
             faults: BTreeMap::new(),
         };
         Self {
@@ -178,6 +181,7 @@ impl Cluster {
     /// journal's gate closed: replays of it are held, `ReplayHeld`).
     pub fn completed(&self, key: &str, status: u16, body: Bytes, provisional: bool) {
         let mut inner = self.lock();
+        inner.landed.push((key.to_owned(), status, body.clone()));
         match provisional {
             true => inner.provisional.insert(key.to_owned(), (status, body)),
             false => match inner.first_completed.contains_key(key) {
@@ -195,6 +199,11 @@ impl Cluster {
         (inner.first_completed.get(key))
             .or(inner.provisional.get(key))
             .cloned()
+    }
+
+    /// Every response that completed a key: key, status, body.
+    pub fn landed(&self) -> Vec<(String, u16, Bytes)> {
+        self.lock().landed.clone()
     }
 
     /// Counts one injected fault of `kind` (and traces it).

@@ -1,7 +1,9 @@
 //! Gateway slots: a slot is one gateway process (its journal file survives it); the
 //! instance running in it is the real tower layer ([`IdempotencyLayer`], which runs the
-//! real lifecycle) over the simulated upstream and store. A crash kills the instance at
-//! whatever await point each of its tasks is: none of them ever takes another step.
+//! real lifecycle) over the simulated store, and over the simulated upstream as a tower
+//! service or, on [`Path::Proxy`], over the gateway's real proxy to it. A crash kills the
+//! instance at whatever await point each of its tasks is: none of them ever takes another
+//! step.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -16,7 +18,8 @@ use tower::Layer;
 use crate::journal::Journal;
 use crate::slot::{Shared, SlotStore};
 use crate::upstream::{Svc, Upstream};
-use crate::Planted;
+use crate::wire::Ends;
+use crate::{Path, Planted};
 
 /// The lease every route uses (the default).
 pub const LEASE: Duration = Duration::from_secs(10);
@@ -74,14 +77,26 @@ impl Slot {
         let id = shared.next_instance.fetch_add(1, Ordering::Relaxed);
         let alive = Arc::new(AtomicBool::new(true));
         let store = SlotStore::new(shared.clone(), self.journal.clone(), id, alive.clone());
-        let up = upstream.service(
-            shared.cluster.clone(),
-            shared.rng.clone(),
-            id,
-            alive.clone(),
-        );
         let layer = IdempotencyLayer::new(store, policy(shared.planted));
-        let svc = BoxCloneService::new(layer.layer(up));
+        let (cluster, rng) = (shared.cluster.clone(), shared.rng.clone());
+        let svc = match shared.path {
+            Path::Tower => {
+                let up = upstream.service(cluster, rng, id, alive.clone());
+                BoxCloneService::new(layer.layer(up))
+            }
+            Path::Proxy => {
+                let upstream = upstream.clone();
+                let alive = alive.clone();
+                let ends = Ends {
+                    upstream,
+                    cluster,
+                    rng,
+                    instance: id,
+                    alive,
+                };
+                crate::served::gateway(&layer, Arc::new(ends), shared.upstream_timeout)
+            }
+        };
         if self.restore_pending.swap(false, Ordering::Relaxed) {
             self.journal
                 .restore(&shared.cluster, Some(id), crate::slot::ms(LEASE));

@@ -12,6 +12,8 @@
 //! - [`slot`]: the store as one gateway instance sees it, with its faults and crash.
 //! - [`journal`]: the forward journal's rules.
 //! - [`upstream`], [`gateway`], [`client`]: the operation, the gateways, the clients.
+//! - [`wire`], [`served`]: the proxy path ([`Path::Proxy`]): the gateway's real proxy over
+//!   in-memory connections to the upstream, served by hyper, with connection faults.
 //! - [`world`]: one run; [`check`]: the checks after it.
 //!
 //! # Examples
@@ -26,8 +28,10 @@ pub mod cluster;
 pub mod gateway;
 pub mod journal;
 pub mod rng;
+pub mod served;
 pub mod slot;
 pub mod upstream;
+pub mod wire;
 pub mod world;
 
 use std::collections::BTreeMap;
@@ -71,6 +75,41 @@ impl Planted {
     }
 }
 
+/// How a run's gateways reach the upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// The upstream is a tower service behind the layer.
+    Tower,
+    /// The layer wraps the gateway's real proxy (`idemgate_gateway::proxy::Proxy`), over
+    /// in-memory connections to the upstream served by hyper ([`wire`], [`served`]).
+    Proxy,
+}
+
+impl Path {
+    /// The path of `seed` unless one is forced: the proxy for odd seeds.
+    pub fn of(seed: u64) -> Self {
+        match seed % 2 {
+            1 => Self::Proxy,
+            _ => Self::Tower,
+        }
+    }
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tower => "tower",
+            Self::Proxy => "proxy",
+        }
+    }
+
+    /// The path named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Tower, Self::Proxy]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
+}
+
 /// What one run found.
 #[derive(Clone, Debug)]
 pub struct Report {
@@ -78,6 +117,8 @@ pub struct Report {
     pub seed: u64,
     /// The planted bug, if any.
     pub planted: Option<Planted>,
+    /// How the gateways reached the upstream.
+    pub path: Path,
     /// Every check that failed, in words.
     pub violations: Vec<String>,
     /// The trace's SHA-256: equal for two runs of one seed.
@@ -95,30 +136,39 @@ pub struct Report {
 impl Report {
     /// The one-line command that replays this run exactly.
     pub fn replay_command(&self) -> String {
-        match self.planted {
-            Some(p) => format!(
-                "scripts/simulate --seed {} --planted {}",
-                self.seed,
-                p.name()
-            ),
-            None => format!("scripts/simulate --seed {}", self.seed),
+        let mut command = format!("scripts/simulate --seed {}", self.seed);
+        if let Some(p) = self.planted {
+            command += &format!(" --planted {}", p.name());
         }
+        if self.path != Path::of(self.seed) {
+            command += &format!(" --path {}", self.path.name());
+        }
+        command
     }
 }
 
-/// Runs `seed` (with `planted`, if any) on a fresh paused single-threaded runtime.
+/// Runs `seed` (with `planted`, if any) on a fresh paused single-threaded runtime, on the
+/// seed's own [`Path`].
 ///
 /// # Panics
 /// If the runtime cannot be built, or `planted` needs the `planted-bugs` feature and this
 /// build lacks it.
 pub fn run(seed: u64, planted: Option<Planted>) -> Report {
+    run_on(seed, planted, Path::of(seed))
+}
+
+/// [`run`] on `path`, whatever the seed's own.
+///
+/// # Panics
+/// As [`run`].
+pub fn run_on(seed: u64, planted: Option<Planted>, path: Path) -> Report {
     plant(planted);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    let report = rt.block_on(world::simulate(seed, planted));
+    let report = rt.block_on(world::simulate(seed, planted, path));
     // Dropping the runtime drops the crashed instances' tasks, frozen where they died.
     drop(rt);
     plant(None);

@@ -94,6 +94,10 @@ pub struct Shared {
     pub rates: FaultRates,
     /// The planted bug, if any.
     pub planted: Option<Planted>,
+    /// How the gateways reach the upstream.
+    pub path: crate::Path,
+    /// The proxy's `upstream_timeout` (on [`crate::Path::Proxy`]).
+    pub upstream_timeout: Duration,
     /// Lease tokens and their owners.
     pub owners: Owners,
     /// The next gateway instance's id.

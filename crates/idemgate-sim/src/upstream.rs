@@ -29,8 +29,8 @@ pub struct Call {
 }
 
 impl Call {
-    /// What the upstream reads of a forwarded request.
-    fn of(req: &Request<BoxBody>) -> Self {
+    /// What the upstream reads of a forwarded request (over the wire, no fence: 0).
+    pub fn of<B>(req: &Request<B>) -> Self {
         let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
         Self {
             key: header("idempotency-key").unwrap_or_default().to_owned(),
@@ -92,7 +92,8 @@ impl Upstream {
         }))
     }
 
-    async fn serve(
+    /// Runs (or not) the operation of `call` for `instance`: its answer.
+    pub async fn serve(
         &self,
         cluster: &Cluster,
         rng: &Rng,

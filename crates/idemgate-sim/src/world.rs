@@ -15,7 +15,7 @@ use crate::gateway::{Slot, LEASE};
 use crate::rng::Rng;
 use crate::slot::{ms, FaultRates, Owners, Shared};
 use crate::upstream::Upstream;
-use crate::{Planted, Report};
+use crate::{Path, Planted, Report};
 
 /// How long after a failover new keys stay refused (`failover_grace`, the default).
 const GRACE: Duration = Duration::from_secs(10);
@@ -34,18 +34,25 @@ pub struct World {
 }
 
 impl World {
-    fn new(seed: u64, planted: Option<Planted>) -> Self {
+    fn new(seed: u64, planted: Option<Planted>, path: Path) -> Self {
         let rng = Rng::new(seed);
         let rates = FaultRates {
             slow: rng.range(0, 15),
             lost_before: rng.range(0, 10),
             lost_after: rng.range(0, 10),
         };
+        // Drawn on the proxy path only: the tower path's runs stay what they were.
+        let upstream_timeout = match path {
+            Path::Proxy if rng.chance(20) => rng.millis(5_000, 30_000),
+            _ => Duration::from_secs(60),
+        };
         let shared = Arc::new(Shared {
             cluster: Arc::new(Cluster::new()),
             rng,
             rates,
             planted,
+            path,
+            upstream_timeout,
             owners: Owners::default(),
             next_instance: 1.into(),
         });
@@ -67,8 +74,8 @@ impl World {
 }
 
 /// Runs `seed` on the current (paused, single-threaded) runtime.
-pub async fn simulate(seed: u64, planted: Option<Planted>) -> Report {
-    let world = World::new(seed, planted);
+pub async fn simulate(seed: u64, planted: Option<Planted>, path: Path) -> Report {
+    let world = World::new(seed, planted, path);
     let stop = Arc::new(AtomicBool::new(false));
     let replicator = tokio::spawn(replicate(
         world.shared.clone(),

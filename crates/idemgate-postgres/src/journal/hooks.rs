@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use idemgate_core::record::duration_ms;
-
 use idemgate_core::{
-    IdempotencyRecord, IdempotencyStore, InsertOutcome, InsertRequest, Lease, LeaseToken,
-    RecordState, StoreError, StoredResponse,
+    IdempotencyRecord, InsertOutcome, InsertRequest, Lease, LeaseToken, RecordState, StoreError,
+    StoredResponse,
 };
 
 use super::Journal;

@@ -1,12 +1,14 @@
-//! `simulate SEEDS [--from N] [--planted BUG]` runs seeds `N..N+SEEDS` and prints a
-//! progress line and seeds per second; `simulate --seed N [--planted BUG]` replays one.
+//! `simulate SEEDS [--from N] [--planted BUG] [--path tower|proxy]` runs seeds
+//! `N..N+SEEDS` and prints a progress line and seeds per second; `simulate --seed N
+//! [--planted BUG] [--path P]` replays one. Without `--path`, each seed runs on its own
+//! (odd seeds through the gateway's proxy).
 //! A failing seed prints the one-line command that replays it; the exit status is 1.
 
 // Seeds per second is wall time, outside the simulated clock.
 #[allow(clippy::disallowed_types)]
 use std::time::Instant;
 
-use idemgate_sim::{run, Planted};
+use idemgate_sim::{run_on, Path, Planted};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -22,23 +24,29 @@ fn main() {
             std::process::exit(2)
         })
     });
+    let path = value("--path").map(|n| {
+        Path::parse(n).unwrap_or_else(|| {
+            eprintln!("unknown path {n}; tower or proxy");
+            std::process::exit(2)
+        })
+    });
     if let Some(seed) = value("--seed") {
         let seed = seed.parse().expect("--seed takes a number");
-        let report = run(seed, planted);
+        let report = run_on(seed, planted, path.unwrap_or(Path::of(seed)));
         println!("{report:#?}");
         std::process::exit(i32::from(!report.violations.is_empty()));
     }
     let seeds: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(1_000);
     let from: u64 = value("--from").and_then(|s| s.parse().ok()).unwrap_or(0);
-    std::process::exit(many(from, seeds, planted));
+    std::process::exit(many(from, seeds, planted, path));
 }
 
-fn many(from: u64, seeds: u64, planted: Option<Planted>) -> i32 {
+fn many(from: u64, seeds: u64, planted: Option<Planted>, path: Option<Path>) -> i32 {
     #[allow(clippy::disallowed_types)]
     let started = Instant::now();
     let (mut failed, mut faults, mut executions) = (0u64, 0u64, 0usize);
     for seed in from..from + seeds {
-        let report = run(seed, planted);
+        let report = run_on(seed, planted, path.unwrap_or(Path::of(seed)));
         faults += report.faults.values().sum::<u64>();
         executions += report.executions;
         if !report.violations.is_empty() {
