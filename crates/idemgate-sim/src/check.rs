@@ -1,7 +1,9 @@
 //! The checks after every run: per key, executions at most once (on a route that opted in
 //! to take-overs, at most one unmarked); every replay equal to the first outcome that
 //! landed; no record left `in_progress` without a live lease or a known reason; no write
-//! landed under a lease the record did not carry.
+//! landed under a lease the record did not carry, and no take-over over a record other
+//! than the one it read or without raising the fence; every stored outcome an answer the
+//! upstream sent whole.
 
 use std::collections::BTreeMap;
 

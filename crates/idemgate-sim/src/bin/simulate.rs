@@ -1,52 +1,73 @@
-//! `simulate SEEDS [--from N] [--planted BUG] [--path tower|proxy]` runs seeds
-//! `N..N+SEEDS` and prints a progress line and seeds per second; `simulate --seed N
-//! [--planted BUG] [--path P]` replays one. Without `--path`, each seed runs on its own
-//! (odd seeds through the gateway's proxy).
-//! A failing seed prints the one-line command that replays it; the exit status is 1.
+//! `simulate [SEEDS] [--from N] [--planted BUG] [--path tower|proxy]` runs seeds
+//! `N..N+SEEDS` (default 1,000 from 0) and prints a progress line and seeds per second;
+//! `simulate --seed N [--planted BUG] [--path P]` replays one. Without `--path`, each seed
+//! runs on its own (odd seeds through the gateway's proxy).
+//! A failing seed prints the one-line command that replays it; the exit status is 1. Bad
+//! arguments exit 2 with a message naming them.
 
 // Seeds per second is wall time, outside the simulated clock.
 #[allow(clippy::disallowed_types)]
 use std::time::Instant;
 
+use clap::Parser;
 use idemgate_sim::{run_on, Path, Planted};
 
+/// The deterministic simulation (docs/simulation.md).
+#[derive(Debug, Parser)]
+#[command(name = "scripts/simulate")]
+struct Args {
+    /// How many seeds to run (at least 1).
+    #[arg(default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "seed")]
+    seeds: u64,
+    /// The first seed of the run.
+    #[arg(long, default_value_t = 0, conflicts_with = "seed")]
+    from: u64,
+    /// Replay this one seed and print its report.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Plant a bug the simulation must find.
+    #[arg(long, value_parser = planted)]
+    planted: Option<Planted>,
+    /// Force every seed onto one path (`tower` or `proxy`).
+    #[arg(long, value_parser = path)]
+    path: Option<Path>,
+}
+
+fn planted(name: &str) -> Result<Planted, String> {
+    Planted::parse(name).ok_or_else(|| {
+        let names: Vec<_> = Planted::ALL.iter().map(|p| p.name()).collect();
+        format!("one of {}", names.join(", "))
+    })
+}
+
+fn path(name: &str) -> Result<Path, String> {
+    Path::parse(name).ok_or_else(|| "tower or proxy".to_owned())
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-    };
-    let planted = value("--planted").map(|n| {
-        Planted::parse(n).unwrap_or_else(|| {
-            let names: Vec<_> = Planted::ALL.iter().map(|p| p.name()).collect();
-            eprintln!("unknown planted bug {n}; one of {names:?}");
-            std::process::exit(2)
-        })
-    });
-    let path = value("--path").map(|n| {
-        Path::parse(n).unwrap_or_else(|| {
-            eprintln!("unknown path {n}; tower or proxy");
-            std::process::exit(2)
-        })
-    });
-    if let Some(seed) = value("--seed") {
-        let seed = seed.parse().expect("--seed takes a number");
-        let report = run_on(seed, planted, path.unwrap_or(Path::of(seed)));
+    let args = Args::parse();
+    if let Some(seed) = args.seed {
+        let report = run_on(seed, args.planted, args.path.unwrap_or(Path::of(seed)));
         println!("{report:#?}");
         std::process::exit(i32::from(!report.violations.is_empty()));
     }
-    let seeds: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(1_000);
-    let from: u64 = value("--from").and_then(|s| s.parse().ok()).unwrap_or(0);
-    std::process::exit(many(from, seeds, planted, path));
+    if args.from.checked_add(args.seeds).is_none() {
+        eprintln!(
+            "--from {} + {} seeds passes the last seed",
+            args.from, args.seeds
+        );
+        std::process::exit(2);
+    }
+    std::process::exit(many(&args));
 }
 
-fn many(from: u64, seeds: u64, planted: Option<Planted>, path: Option<Path>) -> i32 {
+fn many(args: &Args) -> i32 {
     #[allow(clippy::disallowed_types)]
     let started = Instant::now();
+    let (from, seeds) = (args.from, args.seeds);
     let (mut failed, mut faults, mut executions) = (0u64, 0u64, 0usize);
     for seed in from..from + seeds {
-        let report = run_on(seed, planted, path.unwrap_or(Path::of(seed)));
+        let report = run_on(seed, args.planted, args.path.unwrap_or(Path::of(seed)));
         faults += report.faults.values().sum::<u64>();
         executions += report.executions;
         if !report.violations.is_empty() {

@@ -58,6 +58,29 @@ fn fenced<T>(
 /// store answered (an acquisition whose answer was lost is never journaled).
 type Acquired = Option<(RawRecord, usize)>;
 
+/// The pre-image check of a take-over that landed: the record was still exactly the one
+/// read (`in_progress`, its fence, token and lease end), and the new lease's fence is above
+/// it. Flagged as a stale write otherwise (a compare-and-set that compared too little).
+fn check_take_over(s: &Shared, seen: &IdempotencyRecord, pre: Option<&RawRecord>, lease: &Lease) {
+    let same = pre.is_some_and(|r| {
+        r.state.as_deref() == Some(RecordState::InProgress.as_str())
+            && seen.state == RecordState::InProgress
+            && r.fence == Some(seen.fence)
+            && r.lease_token == seen.lease_token.map(|t| t.0)
+            && r.lease_expires_at == seen.lease_expires_at
+    });
+    if !same || lease.fence <= seen.fence {
+        s.cluster.stale_write(format!(
+            "take-over of {} to fence {} landed on {:?} fence {:?}, read as fence {}",
+            lease.key.key.as_str(),
+            lease.fence,
+            pre.and_then(|r| r.state.clone()),
+            pre.and_then(|r| r.fence),
+            seen.fence
+        ));
+    }
+}
+
 /// Commits and traces an acquisition that landed; returns what to journal.
 fn acquired(s: &Shared, instance: u64, lease: &Lease, takeover: bool) -> Acquired {
     let at = s.cluster.commit(&lease.key);
@@ -225,7 +248,12 @@ impl IdempotencyStore for SlotStore {
                     "simulated: failover gate closed".into(),
                 ));
             }
-            let lease = now(s.cluster.primary().take_over(&seen, token, lease_ttl))?;
+            let primary = s.cluster.primary();
+            let pre = primary.raw(&seen.key);
+            let lease = now(primary.take_over(&seen, token, lease_ttl))?;
+            if let Some(l) = &lease {
+                check_take_over(s, &seen, pre.as_ref(), l);
+            }
             let journaled = lease.as_ref().and_then(|l| acquired(s, i, l, true));
             Ok((lease, journaled))
         })
