@@ -37,6 +37,22 @@ pub struct UpstreamTimeout(pub Duration);
 #[error("the upstream's response head is too large (over {0} header fields, or over the parser's buffer)")]
 pub struct UpstreamHeadTooLarge(pub usize);
 
+/// The rejection for an error of [`Proxy`]: `504` after [`UpstreamTimeout`], `502`
+/// otherwise, as unreachable when nothing was sent ([`idemgate_tower::NotSent`]), as a
+/// head too large ([`UpstreamHeadTooLarge`]), or as failed.
+pub fn upstream_rejection(e: &BoxError) -> idemgate_tower::IdempotencyRejection {
+    use idemgate_tower::IdempotencyRejection as Rejection;
+    if e.is::<UpstreamTimeout>() {
+        Rejection::UpstreamTimeout
+    } else if e.is::<idemgate_tower::NotSent>() {
+        Rejection::UpstreamUnreachable
+    } else if e.is::<UpstreamHeadTooLarge>() {
+        Rejection::UpstreamHeadTooLarge
+    } else {
+        Rejection::UpstreamFailed
+    }
+}
+
 /// A `tower::Service` that forwards requests to one upstream base URL, over connections
 /// that `C` opens: TCP, and TLS for an `https://` upstream, unless another connector is
 /// given ([`Proxy::with_connector`]: the deterministic simulation's in-memory one). Generic

@@ -11,14 +11,14 @@ use axum::Router;
 use http::Response;
 use idemgate_core::{BoxError, IdempotencyStore};
 use idemgate_tower::body::BoxBody;
-use idemgate_tower::{IdempotencyLayer, IdempotencyRejection, NotSent};
+use idemgate_tower::IdempotencyLayer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower::Layer;
 
 use crate::config::Validated;
 use crate::host::{Host, Service};
-use crate::proxy::{Proxy, UpstreamHeadTooLarge, UpstreamTimeout};
+use crate::proxy::Proxy;
 use crate::reload::{self, Current, Resolve};
 use crate::store::AnyStore;
 
@@ -166,14 +166,5 @@ impl Service for Gateway {
 /// The answer when the upstream could not be used: `502`, or `504` after the timeout.
 fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
     tracing::warn!(error = %e, "upstream request failed");
-    let rejection = if e.is::<UpstreamTimeout>() {
-        IdempotencyRejection::UpstreamTimeout
-    } else if e.is::<NotSent>() {
-        IdempotencyRejection::UpstreamUnreachable
-    } else if e.is::<UpstreamHeadTooLarge>() {
-        IdempotencyRejection::UpstreamHeadTooLarge
-    } else {
-        IdempotencyRejection::UpstreamFailed
-    };
-    rejection.into_response(type_base)
+    crate::proxy::upstream_rejection(e).into_response(type_base)
 }

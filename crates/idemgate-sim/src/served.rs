@@ -19,9 +19,9 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::rt::TokioIo;
 use idemgate_core::BoxError;
-use idemgate_gateway::proxy::{Proxy, UpstreamHeadTooLarge, UpstreamTimeout};
+use idemgate_gateway::proxy::{upstream_rejection, Proxy};
 use idemgate_tower::body::{boxed, BoxBody};
-use idemgate_tower::{IdempotencyLayer, IdempotencyRejection, NotSent};
+use idemgate_tower::IdempotencyLayer;
 use tokio::io::DuplexStream;
 use tower::util::BoxCloneService;
 use tower::{Layer, ServiceExt};
@@ -56,18 +56,9 @@ pub fn gateway(layer: &IdempotencyLayer<SlotStore>, ends: Arc<Ends>, timeout: Du
     }))
 }
 
-/// The gateway's answer when the upstream could not be used (`server::upstream_error`).
+/// The gateway's answer when the upstream could not be used (as `server::upstream_error`).
 fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
-    let rejection = if e.is::<UpstreamTimeout>() {
-        IdempotencyRejection::UpstreamTimeout
-    } else if e.is::<NotSent>() {
-        IdempotencyRejection::UpstreamUnreachable
-    } else if e.is::<UpstreamHeadTooLarge>() {
-        IdempotencyRejection::UpstreamHeadTooLarge
-    } else {
-        IdempotencyRejection::UpstreamFailed
-    };
-    rejection.into_response(type_base)
+    upstream_rejection(e).into_response(type_base)
 }
 
 /// Serves one connection's requests until it closes or breaks.
