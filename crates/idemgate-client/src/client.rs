@@ -71,6 +71,9 @@ impl ClientError {
 pub struct KeyServiceClient {
     http: reqwest::Client,
     base: String,
+    /// `base` parsed once; each call's URL is it with the call's path
+    /// ([`KeyServiceClient::url`]), so no call parses a URL (and its host) again.
+    endpoint: reqwest::Url,
     token: Option<Arc<str>>,
     timeout: Duration,
 }
@@ -105,7 +108,7 @@ impl KeyServiceClient {
     /// # Errors
     /// [`ClientError::Url`] naming what is wrong.
     pub fn check_url(url: &str) -> Result<(), ClientError> {
-        base_url(url).map(drop)
+        parse(&base_url(url)?).map(drop)
     }
 
     /// [`KeyServiceClient::new`] with a rustls configuration for `idemgates://` (e.g. roots
@@ -119,6 +122,7 @@ impl KeyServiceClient {
 
     fn build(url: &str, tls: Option<rustls::ClientConfig>) -> Result<Self, ClientError> {
         let base = base_url(url)?;
+        let endpoint = parse(&base)?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(DEFAULT_TIMEOUT)
             .tcp_nodelay(true)
@@ -135,6 +139,7 @@ impl KeyServiceClient {
         Ok(Self {
             http,
             base,
+            endpoint,
             token: None,
             timeout: DEFAULT_TIMEOUT,
         })
@@ -213,7 +218,7 @@ impl KeyServiceClient {
             query.push(("body", "true"));
         }
         let req = self
-            .authorized(self.http.get(format!("{}/v1/records", self.base)))
+            .authorized(self.http.get(self.url("/v1/records")))
             .query(&query);
         match self.send(req).await {
             Err(ClientError::Problem(p)) if p.status == 404 => Ok(None),
@@ -227,9 +232,7 @@ impl KeyServiceClient {
         path: &str,
         body: &B,
     ) -> Result<R, ClientError> {
-        let req = self
-            .authorized(self.http.post(format!("{}{path}", self.base)))
-            .json(body);
+        let req = self.authorized(self.http.post(self.url(path))).json(body);
         self.send(req).await
     }
 
@@ -246,16 +249,22 @@ impl KeyServiceClient {
         body: &B,
         timeout: Duration,
     ) -> Result<R, ClientError> {
-        let req = self
-            .authorized(self.http.post(format!("{}{path}", self.base)))
-            .json(body);
+        let req = self.authorized(self.http.post(self.url(path))).json(body);
         Self::send_within(req, timeout).await
     }
 
     /// `GET {path}`.
     pub(crate) async fn get<R: DeserializeOwned>(&self, path: &str) -> Result<R, ClientError> {
-        let req = self.authorized(self.http.get(format!("{}{path}", self.base)));
+        let req = self.authorized(self.http.get(self.url(path)));
         self.send(req).await
+    }
+
+    /// The base URL with `path` (`/v1/...`) after its own path.
+    fn url(&self, path: &str) -> reqwest::Url {
+        let full = format!("{}{path}", self.endpoint.path().trim_end_matches('/'));
+        let mut url = self.endpoint.clone();
+        url.set_path(&full);
+        url
     }
 
     fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -295,6 +304,12 @@ impl KeyServiceClient {
     }
 }
 
+/// The URL `base_url` made, parsed.
+fn parse(base: &str) -> Result<reqwest::Url, ClientError> {
+    // The URL is never repeated: it may hold a password.
+    reqwest::Url::parse(base).map_err(|e| ClientError::Url(format!("the URL is not valid: {e}")))
+}
+
 /// `idemgate://h:p[/prefix]` → `http://h:p[/prefix]`, `idemgates://` → `https://`.
 fn base_url(url: &str) -> Result<String, ClientError> {
     let url = url.trim().trim_end_matches('/');
@@ -328,7 +343,27 @@ fn base_url(url: &str) -> Result<String, ClientError> {
 
 #[cfg(test)]
 mod tests {
-    use super::base_url;
+    use super::{base_url, KeyServiceClient};
+
+    #[test]
+    fn a_call_s_url_is_the_base_with_its_path() {
+        for (base, want) in [
+            ("idemgate://h:1", "http://h:1/v1/acquire"),
+            ("idemgates://h:1/ks/", "https://h:1/ks/v1/acquire"),
+            ("http://[::1]:8081/a/b", "http://[::1]:8081/a/b/v1/acquire"),
+        ] {
+            let client = KeyServiceClient::new(base).unwrap();
+            assert_eq!(client.url("/v1/acquire").as_str(), want, "{base}");
+        }
+    }
+
+    #[test]
+    fn a_url_that_does_not_parse_is_refused_at_once() {
+        for bad in ["idemgate://h h:1", "idemgate://[::1:1"] {
+            assert!(KeyServiceClient::check_url(bad).is_err(), "{bad}");
+            assert!(KeyServiceClient::new(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn urls_map_to_http_and_https() {

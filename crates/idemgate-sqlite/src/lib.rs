@@ -77,6 +77,7 @@ mod row;
 mod schema;
 mod store;
 mod worker;
+mod writer;
 
 pub use error::{Result, SqliteStoreError};
 pub use gauges::{EXACT_COUNT_BELOW, EXPIRED_COUNT_CAP};

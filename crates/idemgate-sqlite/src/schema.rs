@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
-use crate::checkpoint::WRITER_AUTOCHECKPOINT_PAGES;
+use crate::checkpoint::on_commit;
 use crate::error::{Result, SqliteStoreError};
 use crate::options::{SqliteLocation, SqliteOptions};
 
@@ -43,7 +43,7 @@ pub(crate) fn open_writer(
         let _mode: String =
             conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
         // Checkpoints run on their own thread (crate::checkpoint); this is the safety net.
-        conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)?;
+        conn.wal_hook(Some(on_commit));
         // When the WAL restarts, trim its file back to 64 MiB.
         conn.pragma_update(None, "journal_size_limit", 64i64 << 20)?;
     }

@@ -22,13 +22,17 @@ use crate::readers::Readers;
 use crate::row::read_live;
 use crate::schema;
 use crate::worker::{Access, Command, Worker};
+use crate::writer::Writer;
 
 /// An [`IdempotencyStore`] on SQLite (WAL mode), the gateway's default store.
 ///
-/// One dedicated OS thread owns the read-write connection; writes are queued to it over a
-/// bounded channel (capacity [`SqliteOptions::queue_capacity`]) and answered through a
-/// oneshot. The thread runs whatever is queued, up to [`SqliteOptions::max_batch`]
-/// commands, in one transaction, so concurrent requests share commits. On a file, reads
+/// One dedicated OS thread runs the writes on the read-write connection; they are queued to
+/// it over a bounded channel (capacity [`SqliteOptions::queue_capacity`]) and answered
+/// through a oneshot. The thread runs whatever is queued, up to [`SqliteOptions::max_batch`]
+/// commands, in one transaction, so concurrent requests share commits. A single-statement
+/// write that is the only one in progress runs on the caller's thread instead, when the
+/// connection is free and nothing makes it wait (no lock held by another process, no `fsync`:
+/// [`Synchronous::Normal`]), which saves two thread wake-ups per write at low load. On a file, reads
 /// ([`IdempotencyStore::get`], the first look of [`IdempotencyStore::insert_or_get`],
 /// [`idemgate_core::GaugedStore::gauges`]) run on a small pool of read-only connections instead
 /// ([`SqliteOptions::readers`]), so a replay or a `409` never queues behind writes nor waits
@@ -67,6 +71,8 @@ pub struct SqliteStore {
     // last connection) then checkpoints the WAL and removes it.
     readers: Option<Arc<Readers>>,
     tx: mpsc::Sender<Command>,
+    /// The read-write connection, for writes run on the caller's thread.
+    writer: Arc<Writer>,
     exited: oneshot::Receiver<()>,
     /// The database file; `None` in memory.
     path: Option<PathBuf>,
@@ -137,7 +143,15 @@ impl SqliteStore {
             .map(|f| Checkpointer::spawn(Arc::clone(f)))
             .transpose()?;
         let path = file.as_ref().map(|f| f.path().to_owned());
-        let worker = Worker::new(conn, file, checkpointer, options.max_batch);
+        let writer = Arc::new(Writer::new(
+            conn,
+            file,
+            options.busy_timeout,
+            // A commit that fsyncs is never run on the caller's (async runtime) thread.
+            options.synchronous == Synchronous::Normal,
+            checkpointer.as_ref().and_then(Checkpointer::thread),
+        ));
+        let worker = Worker::new(Arc::clone(&writer), checkpointer, options.max_batch);
         std::thread::Builder::new()
             .name("idemgate-sqlite".into())
             .spawn(move || worker.run(rx, exited_tx))
@@ -145,6 +159,7 @@ impl SqliteStore {
         Ok(Self {
             readers,
             tx,
+            writer,
             exited,
             path,
             synchronous: options.synchronous,
@@ -194,6 +209,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
+        let _writing = self.writer.enter();
         let (reply, answer) = oneshot::channel();
         let command = Command::new(access, op, reply);
         match admit {
@@ -210,6 +226,29 @@ impl SqliteStore {
                 .map_err(|_| SqliteStoreError::Closed)?,
         }
         answer.await.map_err(|_| SqliteStoreError::Closed)?
+    }
+
+    /// As [`SqliteStore::write`] for a single-statement `op`, run on this thread instead
+    /// when it is the only write in progress and the connection is free
+    /// ([`Writer::try_inline`]). Concurrent writes go to the queue and share transactions.
+    pub(crate) async fn write_one<T, F>(
+        &self,
+        admit: Admission,
+        access: Access,
+        op: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> Result<T> + Send + 'static,
+    {
+        let writing = self.writer.enter();
+        if writing.alone() {
+            if let Some(done) = self.writer.try_inline(&op) {
+                return done.map_err(Into::into);
+            }
+        }
+        drop(writing);
+        self.write(admit, access, op).await
     }
 
     /// Runs the read-only `op` on the read path (a file), or on the store thread (memory).
@@ -229,11 +268,11 @@ impl SqliteStore {
     async fn held<T, F>(&self, lease: &Lease, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection, &Lease) -> Result<Option<T>> + Send + 'static,
+        F: Fn(&Connection, &Lease) -> Result<Option<T>> + Send + 'static,
     {
         let lease = lease.clone();
         let written = self
-            .write(Admission::Wait, Access::Write, move |c| op(c, &lease))
+            .write_one(Admission::Wait, Access::Write, move |c| op(c, &lease))
             .await?;
         written.ok_or(StoreError::LeaseLost)
     }
@@ -271,7 +310,7 @@ impl IdempotencyStore for SqliteStore {
     async fn insert_or_get_unseen(&self, req: &InsertRequest) -> Result<InsertOutcome, StoreError> {
         let absent = req.clone();
         let inserted = self
-            .write(Admission::Refuse, Access::Write, move |c| {
+            .write_one(Admission::Refuse, Access::Write, move |c| {
                 ops::insert_absent(c, &absent)
             })
             .await?;
@@ -292,7 +331,7 @@ impl IdempotencyStore for SqliteStore {
         lease_ttl: Duration,
     ) -> Result<Option<Lease>, StoreError> {
         let seen = seen.clone();
-        self.write(Admission::Refuse, Access::Write, move |c| {
+        self.write_one(Admission::Refuse, Access::Write, move |c| {
             ops::take_over(c, &seen, token, lease_ttl)
         })
         .await
@@ -330,7 +369,8 @@ impl IdempotencyStore for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.write(Admission::Wait, Access::Read, ops::ping).await
+        self.write_one(Admission::Wait, Access::Read, ops::ping)
+            .await
     }
 
     fn backend(&self) -> &'static str {

@@ -10,9 +10,9 @@ use idemgate_core::StoreError;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::checkpoint::{Checkpointer, NUDGE_EVERY};
+use crate::checkpoint::{checkpoint_on_this_thread, Checkpointer};
 use crate::error::{Result, SqliteStoreError};
-use crate::file::DbFile;
+use crate::writer::Writer;
 
 /// Where a command's answer goes.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -92,6 +92,8 @@ impl Command {
 
 /// Why a whole batch's results are void.
 enum Void<'a> {
+    /// The connection was closed.
+    Closed,
     /// BEGIN or COMMIT failed.
     Transaction(&'a Arc<rusqlite::Error>),
     /// Another command's error made SQLite roll the transaction back.
@@ -103,6 +105,7 @@ enum Void<'a> {
 impl Void<'_> {
     fn error(&self) -> SqliteStoreError {
         match self {
+            Self::Closed => SqliteStoreError::Closed,
             Self::Transaction(e) => SqliteStoreError::Transaction(Arc::clone(e)),
             Self::Aborted => SqliteStoreError::Aborted,
             Self::FileGone(path) => SqliteStoreError::FileGone { path: path.clone() },
@@ -112,13 +115,9 @@ impl Void<'_> {
 
 /// The store thread's state. Its buffers are reused from one batch to the next.
 pub(crate) struct Worker {
-    conn: Connection,
-    /// The database files, checked before every batch and after its commit; `None` in
-    /// memory.
-    file: Option<Arc<DbFile>>,
+    writer: Arc<Writer>,
+    /// Dropped (stopped) before the connection closes.
     checkpointer: Option<Checkpointer>,
-    /// Batches run since the checkpointer was last nudged.
-    since_nudge: u32,
     max_batch: usize,
     batch: Vec<Command>,
     done: Vec<Ran>,
@@ -126,16 +125,13 @@ pub(crate) struct Worker {
 
 impl Worker {
     pub(crate) fn new(
-        conn: Connection,
-        file: Option<Arc<DbFile>>,
+        writer: Arc<Writer>,
         checkpointer: Option<Checkpointer>,
         max_batch: usize,
     ) -> Self {
         Self {
-            conn,
-            file,
+            writer,
             checkpointer,
-            since_nudge: 0,
             max_batch: max_batch.max(1),
             batch: Vec::with_capacity(max_batch.max(1)),
             done: Vec::with_capacity(max_batch.max(1)),
@@ -145,35 +141,41 @@ impl Worker {
     /// Serves commands until every sender is gone, then closes the connection and signals
     /// `exited`.
     pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Command>, exited: oneshot::Sender<()>) {
+        let writer = Arc::clone(&self.writer);
+        checkpoint_on_this_thread();
         while let Some(first) = rx.blocking_recv() {
             self.batch.push(first);
             while self.batch.len() < self.max_batch {
                 let Ok(cmd) = rx.try_recv() else { break };
                 self.batch.push(cmd);
             }
-            self.run_batch();
-            self.since_nudge += 1;
-            if self.since_nudge >= NUDGE_EVERY {
-                self.since_nudge = 0;
-                if let Some(c) = &self.checkpointer {
-                    c.nudge();
-                }
+            let conn = writer.lock();
+            match conn.as_ref() {
+                Some(conn) => self.run_batch(conn),
+                None => self
+                    .batch
+                    .drain(..)
+                    .for_each(|cmd| cmd.refuse(&Void::Closed)),
             }
+            drop(conn);
+            writer.committed();
         }
         // Stop the checkpointer first, so closing the last connection checkpoints.
         drop(self.checkpointer.take());
         // Closing flushes the statement cache; in WAL mode the last connection to close
         // checkpoints and removes the -wal file: only while the files are in order.
-        match &self.file {
-            Some(file) => file.close(self.conn),
-            None => {
-                let _ = self.conn.close();
+        if let Some(conn) = writer.lock().take() {
+            match writer.file() {
+                Some(file) => file.close(conn),
+                None => {
+                    let _ = conn.close();
+                }
             }
         }
         let _ = exited.send(());
     }
 
-    fn run_batch(&mut self) {
+    fn run_batch(&mut self, conn: &Connection) {
         if let Some(void) = self.gone() {
             self.batch.drain(..).for_each(|cmd| cmd.refuse(&void));
             return;
@@ -182,7 +184,7 @@ impl Worker {
         // BEGIN/COMMIT round.
         if self.batch.len() == 1 && self.batch[0].access != Access::Compound {
             if let Some(cmd) = self.batch.pop() {
-                let ran = cmd.run(&self.conn);
+                let ran = cmd.run(conn);
                 (ran.deliver)(self.gone().as_ref());
             }
             return;
@@ -194,30 +196,30 @@ impl Worker {
         } else {
             "BEGIN"
         };
-        if let Err(e) = self.exec(begin) {
+        if let Err(e) = exec(conn, begin) {
             let e = Arc::new(e);
             let void = Void::Transaction(&e);
             self.batch.drain(..).for_each(|cmd| cmd.refuse(&void));
             return;
         }
-        if self.run_in_transaction() {
-            self.finish();
+        if self.run_in_transaction(conn) {
+            self.finish(conn);
         }
     }
 
     /// Runs the batch inside the open transaction; false (every result sent) if SQLite
     /// rolled it back.
-    fn run_in_transaction(&mut self) -> bool {
+    fn run_in_transaction(&mut self, conn: &Connection) -> bool {
         let mut aborted = false;
         for cmd in self.batch.drain(..) {
             if aborted {
                 cmd.refuse(&Void::Aborted);
                 continue;
             }
-            let ran = cmd.run(&self.conn);
+            let ran = cmd.run(conn);
             // A failed statement is undone by SQLite, and the transaction goes on, unless
             // SQLite had to roll the whole transaction back (I/O error, full disk, ...).
-            if ran.failed && self.conn.is_autocommit() {
+            if ran.failed && conn.is_autocommit() {
                 aborted = true;
                 (ran.deliver)(None);
             } else {
@@ -233,8 +235,8 @@ impl Worker {
     }
 
     /// Commits, then sends every result (or the commit's error).
-    fn finish(&mut self) {
-        match self.exec("COMMIT") {
+    fn finish(&mut self, conn: &Connection) {
+        match exec(conn, "COMMIT") {
             Ok(()) => {
                 // A file that changed during the batch may hold what was just committed
                 // (deleted: lost at the next restart): nothing is reported as recorded.
@@ -245,8 +247,8 @@ impl Worker {
             }
             Err(e) => {
                 // A failed COMMIT may leave the transaction open (e.g. SQLITE_BUSY).
-                if !self.conn.is_autocommit() {
-                    let _ = self.exec("ROLLBACK");
+                if !conn.is_autocommit() {
+                    let _ = exec(conn, "ROLLBACK");
                 }
                 let e = Arc::new(e);
                 for ran in self.done.drain(..) {
@@ -258,11 +260,11 @@ impl Worker {
 
     /// Why every command must be refused, if a database file changed.
     fn gone(&self) -> Option<Void<'static>> {
-        self.file.as_ref()?.gone().map(Void::FileGone)
+        self.writer.file()?.gone().map(Void::FileGone)
     }
+}
 
-    fn exec(&self, sql: &str) -> rusqlite::Result<()> {
-        self.conn.prepare_cached(sql)?.execute([])?;
-        Ok(())
-    }
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
 }
