@@ -18,12 +18,13 @@ local now = now_ms()
 local fence = 1
 
 if redis.call('EXISTS', key) == 1 then
-  local c = redis.call('HMGET', key, 'p', 'r', 'k', 'fe', 'ex')
-  local fe, ex = tonumber(c[4]), tonumber(c[5])
+  -- one read of every field: a live record (a replay, a 409) is returned from it as it is
+  local c = redis.call('HMGET', key, 'p', 'r', 'k', 'fv', 'fd', 'st', 'fe', 'lt', 'le', 'ca',
+    'co', 'ex', 'rs', 'rh', 'rb', 'rr', 'cs', 'ki')
+  local fe, ex = tonumber(c[7]), tonumber(c[12])
   if ex == nil or now < ex or fe == nil
       or c[1] ~= ARGV[1] or c[2] ~= ARGV[2] or c[3] ~= ARGV[3] then
-    return {0, now, redis.call('HMGET', key, 'p', 'r', 'k', 'fv', 'fd', 'st', 'fe', 'lt',
-      'le', 'ca', 'co', 'ex', 'rs', 'rh', 'rb', 'rr', 'cs', 'ki')}
+    return {0, now, c}
   end
   -- expired by TTL: nothing of the old record survives, and no old lease matches again
   fence = fe + 1
