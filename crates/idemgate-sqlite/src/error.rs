@@ -14,8 +14,9 @@ pub type Result<T, E = SqliteStoreError> = std::result::Result<T, E>;
 /// process, so an error is its definite answer (a failed statement or transaction rolls
 /// back, a full queue or a deleted file refuses the work before it starts) and becomes
 /// [`StoreError::Refused`]: a busy or locked database, a full disk, a full queue, a deleted
-/// database file, a rolled-back group. Only an I/O failure (it may have hit the commit) and a
-/// stopped store thread leave the outcome unknown: [`StoreError::Unavailable`]. A row that
+/// database file, a rolled-back group. Only an I/O failure (it may have hit the commit), a
+/// file that changed while the write committed, and a stopped store thread leave the outcome
+/// unknown: [`StoreError::Unavailable`]. A row that
 /// fails validation becomes [`StoreError::Corrupt`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -49,6 +50,15 @@ pub enum SqliteStoreError {
     /// again; after a truncated `-shm`, only a restart helps.
     #[error("the SQLite file {} was deleted, replaced or truncated while open", path.display())]
     FileGone {
+        /// The file that changed, as opened: the database, or its `-wal` or `-shm`.
+        path: std::path::PathBuf,
+    },
+    /// A database file changed (as for [`SqliteStoreError::FileGone`]) while this command
+    /// ran: what it wrote was committed into a file that may be lost, or may come back
+    /// (renamed back) with the write in it. Its outcome is unknown
+    /// ([`StoreError::Unavailable`]), so the caller treats it as possibly kept.
+    #[error("the SQLite file {} was deleted, replaced or truncated while this write committed", path.display())]
+    FileChangedAtCommit {
         /// The file that changed, as opened: the database, or its `-wal` or `-shm`.
         path: std::path::PathBuf,
     },
@@ -109,6 +119,7 @@ impl SqliteStoreError {
             | Self::QueueFull { .. }
             | Self::Closed
             | Self::FileGone { .. }
+            | Self::FileChangedAtCommit { .. }
             | Self::Reader(_)
             | Self::Spawn(_) => true,
             Self::SchemaVersion { .. } | Self::InvalidUrl { .. } | Self::Corrupt { .. } => false,
@@ -133,12 +144,15 @@ impl SqliteStoreError {
     }
 
     /// True when a write that failed with this error may still have been kept: an I/O
-    /// failure (it may have hit the commit), or a store thread that stopped or a read task
-    /// that failed while the command was in its hands. Anything else is SQLite's definite
+    /// failure (it may have hit the commit), a file that changed while it committed, or a
+    /// store thread that stopped or a read task that failed while the command was in its
+    /// hands. Anything else is SQLite's definite
     /// answer ([`StoreError::outcome_unknown`]).
     fn outcome_unknown(&self) -> bool {
-        matches!(self, Self::Closed | Self::Reader(_) | Self::Spawn(_))
-            || self.code() == Some(ErrorCode::SystemIoFailure)
+        matches!(
+            self,
+            Self::Closed | Self::Reader(_) | Self::Spawn(_) | Self::FileChangedAtCommit { .. }
+        ) || self.code() == Some(ErrorCode::SystemIoFailure)
     }
 }
 

@@ -98,8 +98,10 @@ enum Void<'a> {
     Transaction(&'a Arc<rusqlite::Error>),
     /// Another command's error made SQLite roll the transaction back.
     Aborted,
-    /// A database file was deleted, replaced or truncated (this one).
+    /// A database file was deleted, replaced or truncated (this one) before the batch.
     FileGone(PathBuf),
+    /// ... while the batch ran: it committed, into a file that may be lost or come back.
+    ChangedAtCommit(PathBuf),
 }
 
 impl Void<'_> {
@@ -109,6 +111,9 @@ impl Void<'_> {
             Self::Transaction(e) => SqliteStoreError::Transaction(Arc::clone(e)),
             Self::Aborted => SqliteStoreError::Aborted,
             Self::FileGone(path) => SqliteStoreError::FileGone { path: path.clone() },
+            Self::ChangedAtCommit(path) => {
+                SqliteStoreError::FileChangedAtCommit { path: path.clone() }
+            }
         }
     }
 }
@@ -185,7 +190,7 @@ impl Worker {
         if self.batch.len() == 1 && self.batch[0].access != Access::Compound {
             if let Some(cmd) = self.batch.pop() {
                 let ran = cmd.run(conn);
-                (ran.deliver)(self.gone().as_ref());
+                (ran.deliver)(self.changed_at_commit().as_ref());
             }
             return;
         }
@@ -239,8 +244,9 @@ impl Worker {
         match exec(conn, "COMMIT") {
             Ok(()) => {
                 // A file that changed during the batch may hold what was just committed
-                // (deleted: lost at the next restart): nothing is reported as recorded.
-                let gone = self.gone();
+                // (deleted: lost at the next restart; renamed back: kept): nothing is
+                // reported as recorded, nor as refused.
+                let gone = self.changed_at_commit();
                 for ran in self.done.drain(..) {
                     (ran.deliver)(gone.as_ref());
                 }
@@ -261,6 +267,11 @@ impl Worker {
     /// Why every command must be refused, if a database file changed.
     fn gone(&self) -> Option<Void<'static>> {
         self.writer.file()?.gone().map(Void::FileGone)
+    }
+
+    /// Why every result of a batch that ran is void, if a database file changed meanwhile.
+    fn changed_at_commit(&self) -> Option<Void<'static>> {
+        self.writer.file()?.gone().map(Void::ChangedAtCommit)
     }
 }
 

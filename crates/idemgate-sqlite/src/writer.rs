@@ -127,7 +127,8 @@ impl Writer {
     /// would `fsync` (`synchronous = FULL`, or a WAL due for the store thread's checkpoint). The caller checks that the queue is empty.
     ///
     /// Answers as the store thread would: [`SqliteStoreError::FileGone`] when a database file
-    /// changed before or during the write, else `op`'s result.
+    /// changed before the write, [`SqliteStoreError::FileChangedAtCommit`] during it, else
+    /// `op`'s result.
     pub(crate) fn try_inline<T>(
         &self,
         op: &impl Fn(&Connection) -> Result<T>,
@@ -159,9 +160,9 @@ impl Writer {
         drop(guard);
         self.committed();
         if let Some(path) = self.file.as_ref().and_then(|f| f.gone()) {
-            // What was just committed may be lost with the changed file: nothing is
-            // reported as recorded, as for a batch.
-            return Some(Err(SqliteStoreError::FileGone { path }));
+            // What was just committed may be lost with the changed file, or come back with
+            // it: its outcome is unknown, as for a batch.
+            return Some(Err(SqliteStoreError::FileChangedAtCommit { path }));
         }
         Some(result)
     }

@@ -162,3 +162,38 @@ async fn a_write_beside_another_goes_to_the_queue() {
     store.close().await;
     assert_eq!(rows(&dir), 2);
 }
+
+/// A database file moved away while a write commits: the write is in the file, which may
+/// come back, so its outcome is unknown (`Unavailable`), never "refused, nothing written";
+/// on the caller's thread and on the store thread alike.
+#[tokio::test]
+async fn a_file_moved_while_a_write_commits_leaves_its_outcome_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir, Synchronous::Normal);
+    let (db, away) = (dir.path().join("w.db"), dir.path().join("away.db"));
+    let op = {
+        let (db, away) = (db.clone(), away.clone());
+        move |c: &Connection| {
+            let n = c.execute("INSERT INTO t VALUES (1)", [])?;
+            std::fs::rename(&db, &away).unwrap();
+            Ok(n)
+        }
+    };
+    let check = |what: &str, result: Result<usize, idemgate_core::StoreError>| {
+        let err = result.unwrap_err();
+        assert!(err.outcome_unknown(), "{what}: {err:?}");
+        assert!(
+            matches!(err, idemgate_core::StoreError::Unavailable(_)),
+            "{what}: {err:?}"
+        );
+        std::fs::rename(&away, &db).unwrap();
+    };
+    let inline = store.write_one(Admission::Wait, Access::Write, op.clone());
+    check("inline", inline.await);
+    check(
+        "queued",
+        store.write(Admission::Wait, Access::Write, op).await,
+    );
+    store.close().await;
+    assert_eq!(rows(&dir), 2, "both writes are in the file that came back");
+}
