@@ -75,11 +75,23 @@ fn request(key: &str) -> InsertRequest {
 }
 
 /// `text` with each `$N` (highest first, so `$10` is not read as `$1`) replaced by `params[N-1]`.
+///
+/// # Panics
+/// When a `$N` is left over: the statement gained a parameter this example does not bind.
 fn bind(text: &str, params: &[String]) -> String {
     let mut out = text.to_owned();
     for (i, value) in params.iter().enumerate().rev() {
         out = out.replace(&format!("${}", i + 1), value);
     }
+    let unbound = out
+        .split('$')
+        .skip(1)
+        .any(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    assert!(
+        !unbound,
+        "a parameter is left unbound ({} given): {out}",
+        params.len()
+    );
     out
 }
 
@@ -162,6 +174,8 @@ async fn main() {
         hex(&response.body),
         "true".into(),
         hex(&[9; 32]),
+        // The encryption key's id: none without encryption at rest.
+        "NULL".into(),
     ];
     let vars = "\\set r random(1, 2000000000)\n\\set token random(1, 9000000000000000000)\n";
     let fresh = format!(
