@@ -4,7 +4,8 @@
 //! an index on `expires_at` for purging. The schema is migrated on open (`PRAGMA
 //! user_version`, in one transaction; each change is a new file under `migrations/`).
 //!
-//! One OS thread owns the read-write connection and runs the writes, each one statement,
+//! One OS thread runs the writes on the read-write connection (a lone write, when no other
+//! is in progress, runs on the caller's thread instead: `writer`), each one statement,
 //! prepared and cached, that compare-and-sets on what the caller holds or saw: the insert
 //! of `insert_or_get` (`INSERT ... ON CONFLICT DO UPDATE ... WHERE` the old row expired),
 //! `take_over` (on the snapshot's fence, state and lease), and `renew`, `complete`, `fail`,
@@ -44,7 +45,8 @@
 //! - [`SqliteStoreError`]: errors, converted into [`idemgate_core::StoreError`].
 //! - [`idemgate_core::admin::AdminStore`] (`admin`): listing a key's rows, deleting one
 //!   exact row, counting rows by state, for `idemgate inspect`, `release` and `stats`.
-//! - Inside: `worker` (the store thread and its group commit), `ops` (the write SQL),
+//! - Inside: `worker` (the store thread and its group commit), `writer` (the connection it
+//!   shares with callers that find it idle), `ops` (the write SQL),
 //!   `readers` and `row` (the read path and row decoding), `schema` (migrations),
 //!   `checkpoint` (the WAL checkpointer), `file` (are the database, `-wal` and `-shm` files
 //!   still the ones opened).
