@@ -57,16 +57,25 @@ pub fn upstream_rejection(e: &BoxError) -> idemgate_tower::IdempotencyRejection 
 /// that `C` opens: TCP, and TLS for an `https://` upstream, unless another connector is
 /// given ([`Proxy::with_connector`]: the deterministic simulation's in-memory one). Generic
 /// rather than boxed, so the gateway's proxy compiles to what it was.
+///
+/// A clone is a pointer and a flag (16 bytes): every request's futures hold one, the
+/// detached task's among them, for as long as the upstream takes.
 #[derive(Clone, Debug)]
 pub struct Proxy<C = HttpsConnector<HttpConnector>> {
+    upstream: Arc<Upstream<C>>,
+    /// Whether the gateway's listener serves TLS: the `X-Forwarded-Proto` sent.
+    https: bool,
+}
+
+/// What a [`Proxy`] forwards with, shared by its clones.
+#[derive(Debug)]
+struct Upstream<C> {
     client: Client<C, BoxBody>,
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
-    /// Shared: the proxy is cloned for every request.
-    base_path: Arc<str>,
+    base_path: String,
     timeout: Duration,
     max_headers: usize,
-    forwarded_proto: HeaderValue,
     /// The `Host` sent upstream, as hyper-util's client would write it for every request.
     host: HeaderValue,
 }
@@ -123,7 +132,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> Proxy<C> {
         let (scheme, authority) = (upstream.scheme().cloned(), upstream.authority().cloned());
         let scheme = scheme.unwrap_or(http::uri::Scheme::HTTP);
         let authority = authority.expect("validated upstream has a host");
-        Self {
+        let upstream = Upstream {
             client,
             host: upstream_host(&scheme, &authority),
             scheme,
@@ -131,24 +140,33 @@ impl<C: Connect + Clone + Send + Sync + 'static> Proxy<C> {
             base_path: upstream.path().trim_end_matches('/').into(),
             timeout,
             max_headers,
-            forwarded_proto: HeaderValue::from_static("http"),
+        };
+        Self {
+            upstream: Arc::new(upstream),
+            https: false,
         }
     }
 
     /// The `X-Forwarded-Proto` sent upstream: `https` when the gateway listener serves TLS.
     #[must_use]
     pub fn forwarded_proto(mut self, https: bool) -> Self {
-        self.forwarded_proto = HeaderValue::from_static(if https { "https" } else { "http" });
+        self.https = https;
         self
     }
+}
 
+impl<C> Upstream<C> {
+    /// The URI sent upstream: the upstream's scheme and authority, its base path, then the
+    /// request's path and query. The path is always a copy of its own: hyper-util's client
+    /// keeps a clone of this URI until the response comes (to resend an unstarted request),
+    /// and a clone of the request's would keep alive the whole 8 KiB read buffer hyper parsed
+    /// the request head from, while hyper reads the connection into another.
     fn upstream_uri(&self, uri: &Uri) -> Result<Uri, http::Error> {
-        let path_and_query = match uri.path_and_query() {
-            Some(pq) if self.base_path.is_empty() => pq.clone(),
-            pq => {
-                let pq = pq.map_or("/", |pq| pq.as_str());
-                format!("{}{pq}", self.base_path).try_into()?
-            }
+        let pq = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let path_and_query: http::uri::PathAndQuery = if self.base_path.is_empty() {
+            pq.try_into()?
+        } else {
+            format!("{}{pq}", self.base_path).try_into()?
         };
         Uri::builder()
             .scheme(self.scheme.clone())
@@ -305,7 +323,7 @@ impl<C: Connect + Clone + Send + Sync + 'static> tower::Service<Request<BoxBody>
     }
 
     fn call(&mut self, mut req: Request<BoxBody>) -> Self::Future {
-        let this = self.clone();
+        let (this, https) = (self.upstream.clone(), self.https);
         Box::pin(async move {
             to_http11(&mut req);
             *req.uri_mut() = this
@@ -325,7 +343,8 @@ impl<C: Connect + Clone + Send + Sync + 'static> tower::Service<Request<BoxBody>
                 headers.insert(X_FORWARDED_HOST, host);
             }
             headers.insert(HOST, this.host.clone());
-            headers.insert(X_FORWARDED_PROTO, this.forwarded_proto.clone());
+            let proto = HeaderValue::from_static(if https { "https" } else { "http" });
+            headers.insert(X_FORWARDED_PROTO, proto);
             if let Some(ip) = client {
                 if let Some(v) = forwarded_for(headers.get_all(X_FORWARDED_FOR), ip) {
                     headers.insert(X_FORWARDED_FOR, v);

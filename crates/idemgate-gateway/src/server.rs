@@ -6,12 +6,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::error_handling::HandleError;
 use axum::Router;
-use http::Response;
-use idemgate_core::{BoxError, IdempotencyStore};
-use idemgate_tower::body::BoxBody;
-use idemgate_tower::IdempotencyLayer;
+use idemgate_core::IdempotencyStore;
+use idemgate_tower::{Idempotency, IdempotencyLayer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower::Layer;
@@ -21,6 +18,10 @@ use crate::host::{Host, Service};
 use crate::proxy::Proxy;
 use crate::reload::{self, Current, Resolve};
 use crate::store::AnyStore;
+
+mod answering;
+
+use answering::Answering;
 
 /// Serves the gateway on `listener` (and the admin endpoints on `admin`, if given) until
 /// `shutdown` resolves, then drains in-flight requests.
@@ -53,8 +54,12 @@ pub async fn run_with_store(
     run_reloading(config, store, listener, admin, shutdown, None).await
 }
 
-/// The proxy behind the idempotency layer under `config`'s policy and upstream, as a router.
-fn gateway_app(layer: &IdempotencyLayer<AnyStore>, config: &Validated) -> Router {
+/// The gateway's service: the proxy behind the idempotency layer.
+type App = Answering<Idempotency<Proxy, AnyStore>>;
+
+/// The proxy behind the idempotency layer under `config`'s policy and upstream. The one
+/// router around it is [`Gateway`]'s, which takes the service in force for each request.
+fn gateway_app(layer: &IdempotencyLayer<AnyStore>, config: &Validated) -> App {
     let layer = layer.with_policy(config.base.policy.clone());
     let proxy = Proxy::new(
         &config.upstream,
@@ -62,12 +67,11 @@ fn gateway_app(layer: &IdempotencyLayer<AnyStore>, config: &Validated) -> Router
         config.max_response_headers,
         config.base.tls.upstream.clone(),
     );
-    let type_base = config.base.policy.problem_type_base.clone();
-    let service = HandleError::new(
-        layer.layer(proxy.forwarded_proto(config.base.tls.listener.is_some())),
-        move |e: BoxError| std::future::ready(upstream_error(&type_base, &e)),
-    );
-    Router::new().fallback_service(service)
+    let https = config.base.tls.listener.is_some();
+    Answering::new(
+        layer.layer(proxy.forwarded_proto(https)),
+        &config.base.policy.problem_type_base,
+    )
 }
 
 /// [`run_with_store`], re-reading the configuration with `reload` on `SIGHUP` (see
@@ -119,7 +123,7 @@ pub async fn run_reloading(
 /// The gateway as a [`Service`]: the proxy of the configuration in force (replaced on
 /// each reload), drained at shutdown.
 struct Gateway {
-    app: watch::Receiver<Router>,
+    app: watch::Receiver<App>,
     layer: IdempotencyLayer<AnyStore>,
     longest_timeout: Arc<Mutex<Duration>>,
 }
@@ -161,10 +165,4 @@ impl Service for Gateway {
             );
         }
     }
-}
-
-/// The answer when the upstream could not be used: `502`, or `504` after the timeout.
-fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
-    tracing::warn!(error = %e, "upstream request failed");
-    crate::proxy::upstream_rejection(e).into_response(type_base)
 }

@@ -14,6 +14,7 @@ use idemgate_core::fingerprint::CURRENT_VERSION;
 use idemgate_core::key::parse_header_values_with;
 use idemgate_core::lifecycle::Peek;
 use idemgate_core::{BoxError, IdempotencyStore, Lifecycle, ScopedKey};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tower::Service;
@@ -24,7 +25,7 @@ use crate::glue::{answer_for, rejection, run, Answered, Covered};
 use crate::lease::SendFailure;
 use crate::limits::Limiter;
 use crate::metrics::{Meters, RouteMetrics, UNMATCHED};
-use crate::policy::{Policy, Resolved};
+use crate::policy::{Policy, Resolved, RoutePolicy};
 use crate::principal::Principal;
 use crate::rejection::IdempotencyRejection;
 use crate::replay::IDEMPOTENT_REPLAYED;
@@ -86,7 +87,21 @@ where
     let meters = meters.route(resolved.as_ref().map_or(UNMATCHED, |r| &r.label));
     let mut access = Access::start(&meters, started);
     let admitted = match resolved {
-        Ok(resolved) => admit(inner, &ctx, resolved, &meters, &mut access, (parts, body)).await,
+        // Boxed: admission's state (the body, the fingerprint, the store's read: about
+        // 5 KiB) is let go before the wait for the detached task, which lasts as long as
+        // the upstream takes; the wait itself holds little more than the reply's receiver.
+        Ok(resolved) => {
+            let parts = (parts, body);
+            Box::pin(admit(inner, &ctx, resolved, &meters, &mut access, parts)).await
+        }
+        Err(refused) => Err(refused),
+    };
+    let admitted = match admitted {
+        Ok(Admitted::Answered(answered)) => Ok(answered),
+        Ok(Admitted::Running(reply, lifetime)) => match reply.await {
+            Ok(answered) => Ok(with_lifetime(lifetime.as_ref(), answered)),
+            Err(_) => Err(IdempotencyRejection::Internal),
+        },
         Err(refused) => Err(refused),
     };
     let answered = admitted.unwrap_or_else(|refused| {
@@ -97,6 +112,23 @@ where
     answered.1
 }
 
+/// How an admitted request is answered.
+enum Admitted<E> {
+    /// At once: a replay, a rejection by its record, a request without a key.
+    Answered(Answered<E>),
+    /// By the detached task that runs it, through this receiver; with the route when its
+    /// answers carry the key's lifetime.
+    Running(oneshot::Receiver<Answered<E>>, Option<Arc<RoutePolicy>>),
+}
+
+/// `answered`, with the key's lifetime when `route` sends it.
+fn with_lifetime<E>(route: Option<&Arc<RoutePolicy>>, mut answered: Answered<E>) -> Answered<E> {
+    if let Some(route) = route {
+        crate::replay::add_key_lifetime(route, answered.0, &mut answered.1);
+    }
+    answered
+}
+
 /// Steps 2 and 3 of a request on its route, then [`respond`]; or the refusal of the request.
 async fn admit<S, St, B, ResB>(
     inner: S,
@@ -105,7 +137,7 @@ async fn admit<S, St, B, ResB>(
     meters: &Arc<RouteMetrics>,
     access: &mut Access<'_>,
     (mut parts, body): (http::request::Parts, B),
-) -> Result<Answered<S::Error>, IdempotencyRejection>
+) -> Result<Admitted<S::Error>, IdempotencyRejection>
 where
     S: Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
@@ -138,7 +170,8 @@ where
         None => {
             meters.count("bypassed");
             let req = Request::from_parts(parts, body);
-            return Ok(("bypassed", pass_through(inner, req, meters).await));
+            let answered = ("bypassed", pass_through(inner, req, meters).await);
+            return Ok(Admitted::Answered(answered));
         }
     };
     if let Some(header) = ambiguous_header(&parts.headers, resolved.policy) {
@@ -173,7 +206,7 @@ where
         },
         meters: meters.clone(),
         fingerprint,
-        job,
+        job: Some(job),
         policy: policy.clone(),
         route: rp,
         ticket,
@@ -184,13 +217,14 @@ where
 
 /// Steps 4 and 5: a key its live record answers (a replay, 409, 422, ...) is answered
 /// here; only a key to acquire starts the detached task, which then runs to its end
-/// whatever the client does. With the key's lifetime on routes that send it.
+/// whatever the client does, and answers through the receiver returned. With the key's
+/// lifetime on routes that send it.
 async fn respond<S, St, ResB>(
     inner: S,
     ctx: &Ctx<St>,
     mut covered: Covered,
     request: Request<BoxBody>,
-) -> Result<Answered<S::Error>, IdempotencyRejection>
+) -> Result<Admitted<S::Error>, IdempotencyRejection>
 where
     S: Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
@@ -200,26 +234,22 @@ where
     St: IdempotencyStore,
 {
     let route = &covered.route;
-    let lifetime_route = route.record_ttl_header.then(|| route.clone());
-    let mut answered = match covered.peek(&ctx.lifecycle).await {
+    let lifetime = route.record_ttl_header.then(|| route.clone());
+    Ok(match covered.peek(&ctx.lifecycle).await {
         Peek::Acquire(acquire) => {
-            let (tx, rx) = tokio::sync::oneshot::channel();
+            let (tx, rx) = oneshot::channel();
             let lifecycle = ctx.lifecycle.clone();
             // Boxed: the task's future (the whole lifecycle, several KiB) is then moved by
-            // pointer into the task and its stages instead of being copied on each move.
+            // pointer into the task instead of being copied on each move.
             let task = run(inner, lifecycle, covered, acquire, request, tx);
             ctx.tasks.spawn(Box::pin(task));
-            rx.await.map_err(|_| IdempotencyRejection::Internal)?
+            Admitted::Running(rx, lifetime)
         }
         Peek::Answer(answer) => {
             let (outcome, response) = answer_for(&mut covered, answer);
-            (outcome, Ok(response))
+            Admitted::Answered(with_lifetime(lifetime.as_ref(), (outcome, Ok(response))))
         }
-    };
-    if let Some(route) = &lifetime_route {
-        crate::replay::add_key_lifetime(route, answered.0, &mut answered.1);
-    }
-    Ok(answered)
+    })
 }
 
 /// The request body, buffered up to `limit` bytes.

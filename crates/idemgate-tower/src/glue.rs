@@ -1,6 +1,7 @@
 //! The glue between a covered HTTP request and the core lifecycle: begin, forward under the
 //! lease, classify the response by the route's status rules, record the outcome.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -42,8 +43,10 @@ pub(crate) struct Covered {
     pub(crate) meters: Arc<RouteMetrics>,
     pub(crate) fingerprint: Fingerprint,
     /// What the fingerprint read, to compute it again for a record of another algorithm
-    /// version.
-    pub(crate) job: Arc<FingerprintJob>,
+    /// version. Let go once the key is acquired: it shares the request's head and body with
+    /// the buffer hyper read them into, which it would otherwise keep (8 KiB, beside the one
+    /// hyper reads the connection into next) while the operation runs.
+    pub(crate) job: Option<Arc<FingerprintJob>>,
     pub(crate) policy: Arc<Policy>,
     pub(crate) route: Arc<RoutePolicy>,
     /// The request's hold on its per-principal limits, released when this task ends.
@@ -56,7 +59,7 @@ impl Covered {
     /// [`Lifecycle::peek`] for this request: the answer its key's live record gives, or
     /// the acquire to run in the detached task.
     pub(crate) async fn peek<St: IdempotencyStore>(&self, lifecycle: &Lifecycle<St>) -> Peek {
-        let refingerprint = |version| self.job.clone().run(version).map(Result::ok);
+        let refingerprint = |version| refingerprint(&self.job, version);
         let plan = self.route.plan();
         lifecycle
             .peek(&self.scope, self.fingerprint, &plan, refingerprint)
@@ -75,6 +78,16 @@ impl Covered {
     fn failed(&self, why: &str) {
         tracing::warn!(route = %self.label(), key = %hash_key(&self.scope), principal = %principal_hash(&self.scope), why, "key failed: the operation may have run; retries get previous-attempt-failed");
     }
+}
+
+/// The fingerprint by algorithm `version` of the request `job` read, `None` when it
+/// cannot be computed (or `job` was let go).
+fn refingerprint(
+    job: &Option<Arc<FingerprintJob>>,
+    version: u16,
+) -> impl Future<Output = Option<Fingerprint>> + use<> {
+    let job = job.clone();
+    async move { job?.run(version).await.ok() }
 }
 
 /// The outcome label of a request and its answer.
@@ -101,23 +114,25 @@ pub(crate) async fn run<S, St, ResB>(
 {
     let rp = &covered.route;
     let (scope, plan) = (&covered.scope, rp.plan());
-    let refingerprint = |version| covered.job.clone().run(version).map(Result::ok);
+    let job = &covered.job;
+    let refingerprint = |version| refingerprint(job, version);
     // A duplicate that waits (`on_in_flight = "wait"`) stops when its client leaves.
     // While it waits it holds no per-principal in-flight slot; it takes one to run.
     let gone = reply.closed();
     let ticket = &mut covered.ticket;
     let waiting = |w| ticket.waiting(w);
     let fingerprint = covered.fingerprint;
-    let begun = lifecycle
-        .begin_waiting(
-            acquire,
-            scope,
-            fingerprint,
-            &plan,
-            refingerprint,
-            (gone, waiting),
-        )
-        .await;
+    // Boxed: the acquire's state (the store's call, a wait for the first holder) is let go
+    // before the operation runs; the task then holds only what running it needs.
+    let begun = lifecycle.begin_waiting(
+        acquire,
+        scope,
+        fingerprint,
+        &plan,
+        refingerprint,
+        (gone, waiting),
+    );
+    let begun = Box::pin(begun).await;
     let answer = match begun {
         Begin::Run(holder) => {
             let outcome = if holder.takeover {
@@ -126,11 +141,9 @@ pub(crate) async fn run<S, St, ResB>(
                 "acquired"
             };
             covered.meters.count(outcome);
-            // Boxed: only a request that runs needs this stage's state (the forwarded
-            // call's future among it), so replays and rejections spawn a smaller task.
+            covered.job = None;
             let tagged = (outcome, reply);
-            let execute = execute(inner, &lifecycle, &covered, holder, request, tagged);
-            return Box::pin(execute).await;
+            return execute(inner, &lifecycle, &covered, holder, request, tagged).await;
         }
         Begin::Answer(Answer::Unavailable(_) | Answer::Overloaded) if rp.fail_open => {
             tracing::warn!(route = %covered.label(), "store unavailable; forwarding unrecorded (fail_open)");
@@ -217,14 +230,21 @@ async fn execute<S, St, ResB>(
                 }
             };
             let failed = ("upstream_error", Err(e));
-            return settle(lifecycle, &holder, outcome, reply, failed).await;
+            return Box::pin(settle(lifecycle, &holder, outcome, reply, failed)).await;
         }
     };
     let (outcome, answer) = record(covered, parts, received);
     if matches!(outcome, Outcome::Fail) {
         covered.failed("the upstream's status is in fail_statuses, or its response broke off");
     }
-    settle(lifecycle, &holder, outcome, reply, (tag, Ok(answer))).await
+    Box::pin(settle(
+        lifecycle,
+        &holder,
+        outcome,
+        reply,
+        (tag, Ok(answer)),
+    ))
+    .await
 }
 
 /// After a panic of the inner service: `500` `operation-panicked`, and the record failed
@@ -242,7 +262,7 @@ async fn panicked<St: IdempotencyStore, E>(
     }
     covered.failed("the operation panicked");
     let failed = ("upstream_error", Ok(answer));
-    settle(lifecycle, holder, Outcome::Fail, reply, failed).await
+    Box::pin(settle(lifecycle, holder, Outcome::Fail, reply, failed)).await
 }
 
 /// The outcome to record for what the upstream sent, by the route's status rules, and the
@@ -355,6 +375,9 @@ fn unbuffered(received: Received) -> BoxBody {
 /// the store deadline); if it did not land, keeps recording until it does (the lifecycle
 /// retries and renews the lease meanwhile), so a store blip never leaves a live holder's
 /// record to lapse.
+///
+/// Its callers box it: the write's state (the store's call, its retries: about 1.5 KiB)
+/// is needed only once the upstream answered, so the task waits for the upstream without.
 async fn settle<St: IdempotencyStore, T>(
     lifecycle: &Lifecycle<St>,
     holder: &Holder,

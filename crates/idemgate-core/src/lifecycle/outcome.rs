@@ -1,6 +1,8 @@
 //! Holding a lease while the operation runs, and writing its outcome until it lands.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -77,6 +79,31 @@ pub struct PendingOutcome<'a, St> {
     guard: PendingGuard,
 }
 
+pin_project_lite::pin_project! {
+    /// The future of [`Lifecycle::hold`]: `operation` polled first, then the renewal.
+    struct Held<F, R> {
+        #[pin]
+        operation: F,
+        #[pin]
+        renew: R,
+    }
+}
+
+impl<F: Future, R: Future<Output = std::convert::Infallible>> Future for Held<F, R> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.operation.poll(cx) {
+            return Poll::Ready(out);
+        }
+        match this.renew.poll(cx) {
+            Poll::Ready(never) => match never {},
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 impl<St: IdempotencyStore> PendingOutcome<'_, St> {
     /// Retries the write, renewing the lease meanwhile, until it lands (see
     /// [`Lifecycle::finish`]).
@@ -125,34 +152,43 @@ impl<St: IdempotencyStore> Lifecycle<St> {
     /// # Cancel safety
     /// Dropping the future stops renewing; the lease then lapses and retries get
     /// `outcome-unknown` (or a takeover, per route). Front doors run it in a task of its own.
-    pub async fn hold<F: Future>(&self, holder: &Holder, operation: F) -> F::Output {
+    ///
+    /// # Size
+    /// The future holds `operation` once, beside a renewal of a few hundred bytes: the
+    /// store's call is boxed while it runs (once per third of the TTL). An `async fn` would
+    /// hold `operation` twice (its argument, and the pinned copy it polls), and every
+    /// request in flight carries this future.
+    pub fn hold<'a, F: Future + 'a>(
+        &'a self,
+        holder: &'a Holder,
+        operation: F,
+    ) -> impl Future<Output = F::Output> + 'a {
+        Held {
+            operation,
+            renew: self.renew_while_held(holder),
+        }
+    }
+
+    /// Renews `holder`'s lease every third of its TTL (a tenth, at least 50 ms, after a
+    /// failed renewal) until the lease is found lost; never completes.
+    async fn renew_while_held(&self, holder: &Holder) -> std::convert::Infallible {
         let ttl = holder.lease_ttl;
-        let renew = async {
-            let mut wait = ttl / 3;
-            loop {
-                tokio::time::sleep(wait).await;
-                match self
-                    .timed("renew", self.store.renew(&holder.lease, ttl))
-                    .await
-                {
-                    Ok(_) => wait = ttl / 3,
-                    Err(StoreError::LeaseLost) => {
-                        metrics::counter!("idempotency_lease_lost_total").increment(1);
-                        tracing::warn!(route = %holder.lease.key.route, key = %super::hash_key(&holder.lease.key), principal = %super::principal_hash(&holder.lease.key), "lease lost while the operation ran");
-                        return std::future::pending().await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "lease renewal failed; retrying");
-                        wait = (ttl / 10).max(Duration::from_millis(50));
-                    }
+        let mut wait = ttl / 3;
+        loop {
+            tokio::time::sleep(wait).await;
+            let renewal = Box::pin(self.timed("renew", self.store.renew(&holder.lease, ttl)));
+            match renewal.await {
+                Ok(_) => wait = ttl / 3,
+                Err(StoreError::LeaseLost) => {
+                    metrics::counter!("idempotency_lease_lost_total").increment(1);
+                    tracing::warn!(route = %holder.lease.key.route, key = %super::hash_key(&holder.lease.key), principal = %super::principal_hash(&holder.lease.key), "lease lost while the operation ran");
+                    return std::future::pending().await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "lease renewal failed; retrying");
+                    wait = (ttl / 10).max(Duration::from_millis(50));
                 }
             }
-        };
-        tokio::pin!(operation);
-        tokio::select! {
-            biased;
-            out = &mut operation => out,
-            never = renew => never,
         }
     }
 

@@ -8,6 +8,7 @@ use super::*;
 
 mod faulty;
 mod reclaims;
+mod sizes;
 mod versions;
 mod waits;
 use crate::engine::LeaseExpiredPolicy;

@@ -121,7 +121,28 @@ async fn a_request_the_client_refuses_to_send_counts_as_not_sent() {
     let proxy = Proxy::new(&uri, Duration::from_secs(5), 100, None);
     let mut req = h2_post();
     *req.uri_mut() = format!("http://{addr}/payments").parse().unwrap();
-    let e = proxy.client.request(req).await.unwrap_err();
+    let e = proxy.upstream.client.request(req).await.unwrap_err();
     assert!(not_sent(&e), "{e:?}");
     drop(accept);
+}
+
+/// hyper parses a request's path out of the buffer it read the head into, and hyper-util's
+/// client keeps a clone of the upstream URI until the response comes: a shared path would
+/// keep that whole buffer (8 KiB) for every request in flight.
+#[tokio::test]
+async fn the_upstream_uri_shares_no_bytes_with_the_request_head() {
+    let head = bytes::Bytes::from(b"/payments?id=7".to_vec());
+    let uri = Uri::from_maybe_shared(head.clone()).unwrap();
+    assert_eq!(
+        uri.path().as_ptr(),
+        head.as_ptr(),
+        "parsing shares the head's bytes"
+    );
+    let within_head = |p: *const u8| head.as_ptr_range().contains(&p);
+    for base in ["http://api:8080", "http://api:8080/v1"] {
+        let proxy = Proxy::new(&base.parse().unwrap(), Duration::from_secs(5), 100, None);
+        let upstream = proxy.upstream.upstream_uri(&uri).unwrap();
+        assert_eq!(upstream.to_string(), format!("{base}/payments?id=7"));
+        assert!(!within_head(upstream.path().as_ptr()), "{base}");
+    }
 }
