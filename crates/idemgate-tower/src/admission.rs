@@ -240,8 +240,10 @@ where
             let (tx, rx) = oneshot::channel();
             let lifecycle = ctx.lifecycle.clone();
             // Boxed: the task's future (the whole lifecycle, several KiB) is then moved by
-            // pointer into the task instead of being copied on each move.
-            let task = run(inner, lifecycle, covered, acquire, request, tx);
+            // pointer into the task instead of being copied on each move. The request too:
+            // the task and its stages each keep room for what they were given, until the
+            // upstream answered.
+            let task = run(inner, lifecycle, covered, acquire, Box::new(request), tx);
             ctx.tasks.spawn(Box::pin(task));
             Admitted::Running(rx, lifetime)
         }

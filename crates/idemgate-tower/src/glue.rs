@@ -102,7 +102,7 @@ pub(crate) async fn run<S, St, ResB>(
     lifecycle: Lifecycle<St>,
     mut covered: Covered,
     acquire: Acquire,
-    request: Request<BoxBody>,
+    request: Box<Request<BoxBody>>,
     mut reply: Reply<S::Error>,
 ) where
     S: tower::Service<Request<BoxBody>, Response = Response<ResB>> + Send + 'static,
@@ -112,27 +112,30 @@ pub(crate) async fn run<S, St, ResB>(
     ResB::Error: Into<BoxError>,
     St: IdempotencyStore,
 {
+    // Boxed, with what it reads in a block of its own: the acquire's state (the store's
+    // call, a wait for the first holder) is let go before the operation runs, so the task
+    // then holds only what running it needs.
+    let begun = {
+        let (scope, plan) = (&covered.scope, covered.route.plan());
+        let job = &covered.job;
+        let refingerprint = |version| refingerprint(job, version);
+        // A duplicate that waits (`on_in_flight = "wait"`) stops when its client leaves.
+        // While it waits it holds no per-principal in-flight slot; it takes one to run.
+        let gone = reply.closed();
+        let ticket = &mut covered.ticket;
+        let waiting = |w| ticket.waiting(w);
+        let fingerprint = covered.fingerprint;
+        let begun = lifecycle.begin_waiting(
+            acquire,
+            scope,
+            fingerprint,
+            &plan,
+            refingerprint,
+            (gone, waiting),
+        );
+        Box::pin(begun).await
+    };
     let rp = &covered.route;
-    let (scope, plan) = (&covered.scope, rp.plan());
-    let job = &covered.job;
-    let refingerprint = |version| refingerprint(job, version);
-    // A duplicate that waits (`on_in_flight = "wait"`) stops when its client leaves.
-    // While it waits it holds no per-principal in-flight slot; it takes one to run.
-    let gone = reply.closed();
-    let ticket = &mut covered.ticket;
-    let waiting = |w| ticket.waiting(w);
-    let fingerprint = covered.fingerprint;
-    // Boxed: the acquire's state (the store's call, a wait for the first holder) is let go
-    // before the operation runs; the task then holds only what running it needs.
-    let begun = lifecycle.begin_waiting(
-        acquire,
-        scope,
-        fingerprint,
-        &plan,
-        refingerprint,
-        (gone, waiting),
-    );
-    let begun = Box::pin(begun).await;
     let answer = match begun {
         Begin::Run(holder) => {
             let outcome = if holder.takeover {
@@ -148,7 +151,7 @@ pub(crate) async fn run<S, St, ResB>(
         Begin::Answer(Answer::Unavailable(_) | Answer::Overloaded) if rp.fail_open => {
             tracing::warn!(route = %covered.label(), "store unavailable; forwarding unrecorded (fail_open)");
             covered.meters.count("fail_open");
-            let answer = pass_through(inner, request, &covered.meters).await;
+            let answer = pass_through(inner, *request, &covered.meters).await;
             return drop(reply.send(("fail_open", answer)));
         }
         Begin::Answer(a) => a,
@@ -172,7 +175,7 @@ async fn execute<S, St, ResB>(
     lifecycle: &Lifecycle<St>,
     covered: &Covered,
     holder: Holder,
-    mut request: Request<BoxBody>,
+    mut request: Box<Request<BoxBody>>,
     (tag, reply): (&'static str, Reply<S::Error>),
 ) where
     S: tower::Service<Request<BoxBody>, Response = Response<ResB>>,
@@ -193,7 +196,7 @@ async fn execute<S, St, ResB>(
     // A panic of the inner service (a handler's) is caught here, in the detached task:
     // the operation may have partly run, so the record fails like a `5xx`.
     let forwarded = AssertUnwindSafe(async {
-        let called = pass_through(inner, request, &covered.meters).await;
+        let called = pass_through(inner, *request, &covered.meters).await;
         let (parts, body) = called?.into_parts();
         // A `304` is kept as not replayable: it has no body and answers a conditional
         // `GET`/`HEAD` only (RFC 9110 §15.4.5), so it is never replayed.
