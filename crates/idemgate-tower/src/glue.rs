@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -233,21 +234,14 @@ async fn execute<S, St, ResB>(
                 }
             };
             let failed = ("upstream_error", Err(e));
-            return Box::pin(settle(lifecycle, &holder, outcome, reply, failed)).await;
+            return settle(lifecycle, &holder, outcome, reply, failed).await;
         }
     };
     let (outcome, answer) = record(covered, parts, received);
     if matches!(outcome, Outcome::Fail) {
         covered.failed("the upstream's status is in fail_statuses, or its response broke off");
     }
-    Box::pin(settle(
-        lifecycle,
-        &holder,
-        outcome,
-        reply,
-        (tag, Ok(answer)),
-    ))
-    .await
+    settle(lifecycle, &holder, outcome, reply, (tag, Ok(answer))).await
 }
 
 /// After a panic of the inner service: `500` `operation-panicked`, and the record failed
@@ -265,7 +259,7 @@ async fn panicked<St: IdempotencyStore, E>(
     }
     covered.failed("the operation panicked");
     let failed = ("upstream_error", Ok(answer));
-    Box::pin(settle(lifecycle, holder, Outcome::Fail, reply, failed)).await
+    settle(lifecycle, holder, Outcome::Fail, reply, failed).await
 }
 
 /// The outcome to record for what the upstream sent, by the route's status rules, and the
@@ -379,9 +373,20 @@ fn unbuffered(received: Received) -> BoxBody {
 /// retries and renews the lease meanwhile), so a store blip never leaves a live holder's
 /// record to lapse.
 ///
-/// Its callers box it: the write's state (the store's call, its retries: about 1.5 KiB)
-/// is needed only once the upstream answered, so the task waits for the upstream without.
-async fn settle<St: IdempotencyStore, T>(
+/// Boxed: the write's state (the store's call, its retries: about 1.5 KiB) is needed only
+/// once the upstream answered, so the task waits for the upstream without it.
+fn settle<'a, St: IdempotencyStore, T: 'a>(
+    lifecycle: &'a Lifecycle<St>,
+    holder: &'a Holder,
+    outcome: Outcome,
+    reply: oneshot::Sender<T>,
+    answer: T,
+) -> Pin<Box<impl Future<Output = ()> + 'a>> {
+    Box::pin(record_outcome(lifecycle, holder, outcome, reply, answer))
+}
+
+/// [`settle`]'s work.
+async fn record_outcome<St: IdempotencyStore, T>(
     lifecycle: &Lifecycle<St>,
     holder: &Holder,
     outcome: Outcome,

@@ -105,7 +105,7 @@ where
 }
 
 /// The answer when the upstream could not be used: `502`, or `504` after the timeout.
-pub(super) fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
+fn upstream_error(type_base: &str, e: &BoxError) -> Response<BoxBody> {
     tracing::warn!(error = %e, "upstream request failed");
     crate::proxy::upstream_rejection(e).into_response(type_base)
 }
