@@ -40,20 +40,25 @@
 //! `admin`); connections closed by a timeout are counted in
 //! `idempotency_connection_timeouts_total{listener,timeout}`.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::serve::Listener;
-use axum::Router;
+use bytes::Bytes;
+use http::{Request, Response};
+use idemgate_core::BoxError;
 use tokio::sync::watch;
 
 mod accept;
 mod answer;
 mod conn;
 mod deadline;
+mod reply;
 mod request;
 mod serving;
 #[cfg(test)]
@@ -135,12 +140,51 @@ impl Listening {
     }
 }
 
+/// What a listener serves: a service that answers every request (axum's `Router`, or the
+/// gateway's reloadable proxy), cloned for each connection. Its responses get what a server
+/// adds at the top (`request::top_level`): `Content-Length` from an exact size, no body
+/// for `HEAD`, none for a successful `CONNECT`.
+pub trait App:
+    tower::Service<
+        Request<Body>,
+        Response = Response<Self::ResBody>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Unpin
+    + 'static
+{
+    /// The responses' body.
+    type ResBody: hyper::body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static;
+}
+
+impl<S, B> App for S
+where
+    S: tower::Service<Request<Body>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + Unpin
+        + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
+{
+    type ResBody = B;
+}
+
+/// Bytes each request in flight on a listener serving `S` holds for its answer, besides
+/// what `S`'s future holds: what a test of a service's cost reads.
+#[cfg(test)]
+pub(crate) const fn answer_size<S: App>() -> usize {
+    std::mem::size_of::<reply::Reply<S>>()
+}
+
 /// Serves `app` on `listener`'s connections within `conf`'s timeouts until `stopped`; then
 /// accepts nothing more, lets every connection finish the request it is serving (idle ones
 /// close at once) and returns once all are closed.
 pub async fn serve<L>(
     mut listener: L,
-    app: Router,
+    app: impl App,
     conf: Listening,
     stopped: impl Future<Output = ()>,
 ) where

@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::Base;
-use crate::connections::{Counting, Limits, Listening, ADMIN, SERVICE};
+use crate::connections::{App, Counting, Limits, Listening, ADMIN, SERVICE};
 use crate::durability::DurabilityState;
 use crate::linger::{Linger, LingerListener};
 use crate::purge::{PurgeOptions, QuietProgress};
@@ -36,8 +36,11 @@ use length_problem::{LengthProblem, LengthProblemIo};
 
 /// A service a [`Host`] runs on its listener: the gateway's proxy or the key service's API.
 pub trait Service: Send {
-    /// The router answering the service's requests.
-    fn router(&self) -> Router;
+    /// What answers the service's requests (see [`App`]).
+    type App: App;
+
+    /// The service's requests' answerer, cloned for each connection.
+    fn app(&self) -> Self::App;
 
     /// Runs once the listener has closed at shutdown and its connections are done (the
     /// gateway lets operations whose clients left record their outcome). Default: nothing.
@@ -64,7 +67,9 @@ pub trait Service: Send {
 
 /// A router alone: answers until shutdown, nothing to drain.
 impl Service for Router {
-    fn router(&self) -> Router {
+    type App = Self;
+
+    fn app(&self) -> Self {
         self.clone()
     }
 }
@@ -235,7 +240,7 @@ impl Host {
         let counted = Counting::new(listener, SERVICE, max);
         let listener = LingerListener::new(counted, Linger::default());
         let conf = Listening::new(SERVICE, self.limits, &self.type_base);
-        let (app, stopped, problem) = (service.router(), self.stopped(), &self.problem);
+        let (app, stopped, problem) = (service.app(), self.stopped(), &self.problem);
         match &self.tls {
             Some(tls) => {
                 let tls = TlsListener::new(listener, tls.clone());

@@ -132,7 +132,9 @@ struct App {
 }
 
 impl crate::host::Service for App {
-    fn router(&self) -> axum::Router {
+    type App = axum::Router;
+
+    fn app(&self) -> axum::Router {
         self.router.clone()
     }
 

@@ -25,8 +25,7 @@ use std::task::{Context, Poll};
 
 use idemgate_postgres::ForwardJournalOptions;
 use tokio::sync::watch;
-use tower::util::Oneshot;
-use tower::{Service, ServiceExt};
+use tower::Service;
 
 use crate::config::{Base, ScopeSettings, Validated};
 use crate::store::{OpenOptions, Replication};
@@ -36,9 +35,32 @@ use crate::telemetry::count_reload;
 pub type Resolve = Box<dyn Fn() -> anyhow::Result<Validated> + Send + Sync>;
 
 /// A service that forwards each request to the service current when it arrives: whatever
-/// the receiver holds then.
-#[derive(Clone, Debug)]
-pub struct Current<S>(pub watch::Receiver<S>);
+/// the receiver holds then. Readiness is the current service's: [`Service::poll_ready`]
+/// takes a clone of it, and the next [`Service::call`] gives it the request, so a request
+/// keeps the service it was readied with to the end, and its future is that service's own.
+#[derive(Debug)]
+pub struct Current<S> {
+    services: watch::Receiver<S>,
+    /// The clone readied by `poll_ready`, taken by `call`.
+    ready: Option<S>,
+}
+
+impl<S> Current<S> {
+    /// Forwards to whatever `services` holds when each request arrives.
+    pub fn new(services: watch::Receiver<S>) -> Self {
+        Self {
+            services,
+            ready: None,
+        }
+    }
+}
+
+/// A clone follows the same receiver, with nothing readied.
+impl<S> Clone for Current<S> {
+    fn clone(&self) -> Self {
+        Self::new(self.services.clone())
+    }
+}
 
 impl<S, R> Service<R> for Current<S>
 where
@@ -46,16 +68,22 @@ where
 {
     type Response = S::Response;
     type Error = Infallible;
-    type Future = Oneshot<S, R>;
+    type Future = S::Future;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        let Self { services, ready } = self;
+        ready
+            .get_or_insert_with(|| services.borrow().clone())
+            .poll_ready(cx)
     }
 
+    /// Calls the service readied by `poll_ready`; called without it (against tower's
+    /// contract), the current service unreadied, which only a service that is always ready
+    /// (the gateway's) accepts.
     fn call(&mut self, req: R) -> Self::Future {
-        // Cloned out of the channel: this request keeps this service to the end.
-        let service = self.0.borrow().clone();
-        service.oneshot(req)
+        let Self { services, ready } = self;
+        let mut service = ready.take().unwrap_or_else(|| services.borrow().clone());
+        service.call(req)
     }
 }
 
@@ -225,4 +253,37 @@ pub fn reload_once(
         routes = new.base.policy.routes().count(),
         "configuration reloaded; new requests use the new policy"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::poll_fn;
+
+    use tokio::sync::watch;
+    use tower::Service;
+
+    use super::Current;
+
+    /// A service answering its name.
+    fn named(
+        name: &'static str,
+    ) -> impl Service<(), Response = &'static str, Error = Infallible, Future: Send> + Clone {
+        tower::service_fn(move |()| async move { Ok::<_, Infallible>(name) })
+    }
+
+    #[tokio::test]
+    async fn a_request_keeps_the_service_it_was_readied_with() {
+        let (tx, rx) = watch::channel(named("first"));
+        let mut current = Current::new(rx);
+        poll_fn(|cx| current.poll_ready(cx)).await.unwrap();
+        let mut other = current.clone();
+        tx.send(named("second")).unwrap();
+        assert_eq!(current.call(()).await.unwrap(), "first");
+        poll_fn(|cx| current.poll_ready(cx)).await.unwrap();
+        assert_eq!(current.call(()).await.unwrap(), "second");
+        // A clone has nothing readied: it takes the service in force.
+        poll_fn(|cx| other.poll_ready(cx)).await.unwrap();
+        assert_eq!(other.call(()).await.unwrap(), "second");
+    }
 }

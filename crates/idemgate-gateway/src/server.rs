@@ -6,7 +6,6 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::Router;
 use idemgate_core::IdempotencyStore;
 use idemgate_tower::{Idempotency, IdempotencyLayer};
 use tokio::net::TcpListener;
@@ -57,8 +56,8 @@ pub async fn run_with_store(
 /// The gateway's service: the proxy behind the idempotency layer.
 type App = Answering<Idempotency<Proxy, AnyStore>>;
 
-/// The proxy behind the idempotency layer under `config`'s policy and upstream. The one
-/// router around it is [`Gateway`]'s, which takes the service in force for each request.
+/// The proxy behind the idempotency layer under `config`'s policy and upstream. The
+/// listener serves it through [`Current`], which takes the one in force for each request.
 fn gateway_app(layer: &IdempotencyLayer<AnyStore>, config: &Validated) -> App {
     let layer = layer.with_policy(config.base.policy.clone());
     let proxy = Proxy::new(
@@ -129,8 +128,12 @@ struct Gateway {
 }
 
 impl Service for Gateway {
-    fn router(&self) -> Router {
-        Router::new().fallback_service(Current(self.app.clone()))
+    /// Served as it is, without a router: a router's future, held by each request in
+    /// flight for as long as its upstream takes, would cost it 1.5 KiB.
+    type App = Current<App>;
+
+    fn app(&self) -> Current<App> {
+        Current::new(self.app.clone())
     }
 
     /// Operations whose clients left still run; lets them finish and record their outcome
@@ -164,5 +167,19 @@ impl Service for Gateway {
                 "shutting down with operations still running"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{App, Current};
+
+    /// A request keeps its answer for as long as its upstream takes: with no router, the
+    /// answer holds the service's future and a few flags, not the request or a service.
+    #[test]
+    fn a_request_in_flight_holds_a_small_answer() {
+        let size = crate::connections::answer_size::<Current<App>>();
+        assert!(size <= 128, "{size} bytes");
+        assert!(size < std::mem::size_of::<App>(), "{size} bytes");
     }
 }

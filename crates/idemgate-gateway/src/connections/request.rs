@@ -1,7 +1,6 @@
-//! Each request on a connection: counted in flight until its response ends (the
-//! connection's read deadline waits meanwhile), its client address given to the service
-//! (axum's `ConnectInfo`, as `axum::serve` did), its body read within `body_read_timeout`
-//! ([`TimedBody`]), and its answer `408` when that body stalled.
+//! Each request on a connection: counted in flight until its response ends ([`Tracked`];
+//! the connection's read deadline waits meanwhile), its body read within
+//! `body_read_timeout` ([`TimedBody`]), and its answer ([`super::reply`]).
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
@@ -14,18 +13,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
-use axum::Router;
 use bytes::Bytes;
-use http::header::CONNECTION;
-use http::{HeaderMap, Request, Response, Version};
+use http::{Request, Response};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use idemgate_core::BoxError;
 use tokio::time::{Instant, Sleep};
-use tower::ServiceExt;
 
 use super::conn::{Conn, InFlight};
-use super::Listening;
+use super::{App, Listening};
 use crate::telemetry::CONNECTION_TIMEOUTS;
 
 /// A request's answer on its way: boxed, because hyper keeps a connection's service
@@ -36,7 +31,7 @@ pub(super) type Answering =
 
 /// The service hyper calls for each request of a connection from `addr`.
 pub(super) fn service(
-    app: Router,
+    app: impl App,
     addr: SocketAddr,
     conn: Arc<Conn>,
     conf: Listening,
@@ -51,60 +46,13 @@ pub(super) fn service(
         // In flight from the call, before hyper polls anything else (a read it makes
         // meanwhile must not find the connection idle).
         let in_flight = conn.begin();
-        Box::pin(answer(app.clone(), addr, in_flight, conf.clone(), req))
-    })
-}
-
-/// `req` answered by `app`, or `408` when its body stalled before the answer.
-async fn answer(
-    app: Router,
-    addr: SocketAddr,
-    in_flight: InFlight,
-    conf: Listening,
-    req: Request<Incoming>,
-) -> Result<Response<Tracked>, Infallible> {
-    let stalled = Arc::new(AtomicBool::new(false));
-    let h1 = req.version() < Version::HTTP_2;
-    let mut keep_alive = h1 && keeps_alive(req.version(), req.headers());
-    let (mut parts, body) = req.into_parts();
-    parts.extensions.insert(ConnectInfo(addr));
-    let timeout = conf.limits.body_read_timeout;
-    let body = TimedBody::new(body, timeout, stalled.clone())
-        .counted_as(conf.name)
-        .ending(in_flight.conn());
-    let body = axum::body::Body::new(body);
-    let mut response = app.oneshot(Request::from_parts(parts, body)).await?;
-    if stalled.load(SeqCst) {
-        response = conf.answers.body_timeout(h1);
-    }
-    keep_alive &= !has_close(response.headers());
-    Ok(response.map(|body| Tracked {
-        body,
-        in_flight: Some(in_flight),
-        keep_alive,
-    }))
-}
-
-/// Whether an HTTP/1 request keeps its connection open after its response (RFC 9112
-/// section 9.3: HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `keep-alive`).
-fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    match version {
-        Version::HTTP_11 => !has_close(headers),
-        _ => has_token(headers, "keep-alive") && !has_close(headers),
-    }
-}
-
-/// Whether `Connection` lists `close`.
-fn has_close(headers: &HeaderMap) -> bool {
-    has_token(headers, "close")
-}
-
-/// Whether a `Connection` field lists `token` (case-insensitively, RFC 9110 section 7.6.1).
-fn has_token(headers: &HeaderMap, token: &str) -> bool {
-    headers.get_all(CONNECTION).iter().any(|v| {
-        v.to_str().map_or(true, |v| {
-            v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
-        })
+        Box::pin(super::reply::answer(
+            app.clone(),
+            addr,
+            in_flight,
+            &conf,
+            req,
+        ))
     })
 }
 
@@ -113,10 +61,10 @@ fn has_token(headers: &HeaderMap, token: &str) -> bool {
 /// body dropped ended counts as written to its end.
 #[derive(Debug)]
 pub(super) struct Tracked {
-    body: axum::body::Body,
-    in_flight: Option<InFlight>,
+    pub(super) body: axum::body::Body,
+    pub(super) in_flight: Option<InFlight>,
     /// Whether neither the request nor the response asked to close the connection.
-    keep_alive: bool,
+    pub(super) keep_alive: bool,
 }
 
 impl Tracked {

@@ -270,3 +270,31 @@ async fn forwarded_fields_are_the_gateway_s_and_keep_the_whole_chain() {
     );
     gw.stop().await;
 }
+
+/// `method path` over a fresh connection (`Connection: close`); the whole answer as text.
+async fn raw_request(base: &str, method: &str, path: &str) -> String {
+    let mut tcp = TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!("{method} {path} HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n");
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8(answer).unwrap()
+}
+
+#[tokio::test]
+async fn a_head_gets_the_upstreams_length_and_no_body() {
+    let up = upstream().await;
+    let gw = memory_gateway(&up).await;
+    let get = raw_request(&gw.base, "GET", "/orders?status=200&bytes=300").await;
+    assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{get}");
+    assert!(get.contains("\r\ncontent-length: 300\r\n"), "{get}");
+    assert_eq!(get.split("\r\n\r\n").nth(1).map(str::len), Some(300));
+    let head = raw_request(&gw.base, "HEAD", "/orders?status=200&bytes=300").await;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(head.contains("\r\ncontent-length: 300\r\n"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
+    assert_eq!(up.count(), 2);
+    gw.stop().await;
+}
