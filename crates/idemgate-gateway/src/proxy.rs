@@ -362,6 +362,10 @@ impl<C: Connect + Clone + Send + Sync + 'static> tower::Service<Request<BoxBody>
                 Ok(Ok(resp)) => resp,
             };
             strip_hop_by_hop(resp.headers_mut());
+            // A proxy answers with its own version (RFC 9110 §6.2), not an HTTP/1.0
+            // upstream's: hyper then frames the answer for the client's version (chunked
+            // and kept alive for HTTP/1.1, close-delimited for an HTTP/1.0 client).
+            *resp.version_mut() = Version::HTTP_11;
             Ok(resp)
         })
     }

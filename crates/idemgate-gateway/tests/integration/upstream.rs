@@ -1,6 +1,6 @@
-//! Upstream answers the gateway must deliver and record right (many headers, `304`),
-//! answers sent before the request body was read (`413`), and clients speaking HTTP/2 to
-//! the HTTP/1.1 upstream, over real sockets.
+//! Upstream answers the gateway must deliver and record right (many headers, `304`, `HEAD`,
+//! an HTTP/1.0 upstream), answers sent before the request body was read (`413`), and
+//! clients speaking HTTP/2 to the HTTP/1.1 upstream, over real sockets.
 
 use std::time::Duration;
 
@@ -296,5 +296,53 @@ async fn a_head_gets_the_upstreams_length_and_no_body() {
     assert!(head.contains("\r\ncontent-length: 300\r\n"), "{head}");
     assert!(head.ends_with("\r\n\r\n"), "no body: {head}");
     assert_eq!(up.count(), 2);
+    gw.stop().await;
+}
+
+/// An upstream speaking HTTP/1.0: every request answered `200` with a body delimited by
+/// closing the connection.
+async fn http10_upstream() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && tcp.read(&mut byte).await.unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                // Its body read whole, so that closing sends no reset.
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |n| n.trim().parse::<usize>().unwrap());
+                let mut body = vec![0u8; length];
+                tcp.read_exact(&mut body).await.unwrap();
+                let answer = "HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\nhello from 1.0";
+                let _ = tcp.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    base
+}
+
+/// The gateway answers with its own version (RFC 9110 §6.2): an HTTP/1.1 client of an
+/// HTTP/1.0 upstream gets an HTTP/1.1 answer, first and replayed alike.
+#[tokio::test]
+async fn an_http10_upstream_is_answered_as_http11() {
+    let up = http10_upstream().await;
+    let gw = gateway(&up, "memory://", |_| {}).await;
+    let get = raw_request(&gw.base, "GET", "/orders").await;
+    assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{get}");
+    assert!(get.contains("hello from 1.0"), "{get}");
+    let k = key();
+    let first = raw_post(&gw.base, "/payments", &k).await;
+    assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
+    let retry = raw_post(&gw.base, "/payments", &k).await;
+    assert!(retry.starts_with("HTTP/1.1 200 OK\r\n"), "{retry}");
+    assert!(retry.contains("idempotent-replayed: true"), "{retry}");
+    assert!(retry.ends_with("hello from 1.0"), "{retry}");
     gw.stop().await;
 }
