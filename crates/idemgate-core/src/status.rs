@@ -117,8 +117,8 @@ pub const DEFAULT_STORE_STATUSES: [StatusPattern; 3] = [
 ///   RFC 9110 §15.6.4) and answered before doing the work. An API that answers `503` after
 ///   doing part of the work must list `503` in its fail statuses instead.
 ///
-/// Besides the list: interim `1xx` answers are never final, so they never complete a key,
-/// and a `401` with `WWW-Authenticate` is released ([`StatusRules::action`]).
+/// Besides the list: a `401` with `WWW-Authenticate` is released, and a `1xx` given as the
+/// answer fails the key whatever the lists say ([`StatusRules::action`]).
 pub const DEFAULT_RELEASE_STATUSES: [StatusPattern; 4] = [
     StatusPattern::Exact(408),
     StatusPattern::Exact(425),
@@ -161,6 +161,12 @@ impl StatusRules<'_> {
     /// carries a `WWW-Authenticate` field with a value (RFC 9110 §11.6.1).
     ///
     /// In order:
+    /// 0. A `1xx` fails the key. An answer is what the operation returned as its last word;
+    ///    interim responses (RFC 9110 §15.2) never get here, so a `1xx` here came after the
+    ///    request was handed over: a `101 Switching Protocols` nobody asked for (the gateway
+    ///    strips `Upgrade`), or an answer the operation should not have given. It may have
+    ///    run, and it cannot be stored (a replay of `101` switches nothing), so it is never
+    ///    run again.
     /// 1. A `401` with a challenge releases the key, unless a list names `401` exactly
     ///    (`Exact(401)`; a class such as `4xx` does not count). RFC 9110 §15.5.2 requires the
     ///    challenge of a real authentication failure, which is answered before the operation
@@ -169,14 +175,16 @@ impl StatusRules<'_> {
     ///    stored `401` for the record's lifetime. A `401` without a challenge is no HTTP
     ///    authentication failure but the application's own answer, possibly after work was
     ///    done, so it follows the lists (stored by default).
-    /// 2. An interim `1xx`, or a status in the release list: released.
+    /// 2. A status in the release list: released.
     /// 3. A status in the fail list: failed.
     /// 4. A status in the store list: stored.
     /// 5. Anything else fails: it may have run, so it is never run again.
     pub fn action(&self, status: u16, challenge: bool) -> StatusAction {
         let named = |list: &[StatusPattern]| list.iter().any(|p| p.matches(status));
         let challenged = status == 401 && challenge && !self.names_exactly(401);
-        if challenged || status < 200 || named(self.release) {
+        if status < 200 {
+            StatusAction::Fail
+        } else if challenged || named(self.release) {
             StatusAction::Release
         } else if named(self.fail) {
             StatusAction::Fail
@@ -272,7 +280,9 @@ mod tests {
     fn default_rules_by_status() {
         let rules = StatusRules::default();
         for (s, want) in [
-            (100, StatusAction::Release),
+            (100, StatusAction::Fail),
+            (101, StatusAction::Fail),
+            (103, StatusAction::Fail),
             (201, StatusAction::Store),
             (302, StatusAction::Store),
             (304, StatusAction::Store),
@@ -287,6 +297,20 @@ mod tests {
             (504, StatusAction::Fail),
         ] {
             assert_eq!(rules.action(s, false), want, "{s}");
+        }
+    }
+
+    /// A `1xx` answer may follow a run: no list releases or stores it.
+    #[test]
+    fn a_1xx_answer_fails_whatever_the_lists_say() {
+        let everything = [StatusPattern::Class(1)];
+        let rules = StatusRules {
+            release: &everything,
+            fail: &[],
+            store: &everything,
+        };
+        for s in [100, 101, 199] {
+            assert_eq!(rules.action(s, false), StatusAction::Fail, "{s}");
         }
     }
 

@@ -37,6 +37,14 @@ pub struct UpstreamTimeout(pub Duration);
 #[error("the upstream's response head is too large (over {0} header fields, or over the parser's buffer)")]
 pub struct UpstreamHeadTooLarge(pub usize);
 
+/// The upstream answered `101 Switching Protocols` to a request that asked for no upgrade
+/// (the gateway strips `Upgrade`; RFC 9110 §15.2.2 allows a switch only to a protocol the
+/// request named). The request was sent, so the operation may have run: answered as a
+/// failed upstream (`502`), the key marked failed.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream switched protocols (101) although the request asked for no upgrade")]
+pub struct UnsolicitedUpgrade;
+
 /// The rejection for an error of [`Proxy`]: `504` after [`UpstreamTimeout`], `502`
 /// otherwise, as unreachable when nothing was sent ([`idemgate_tower::NotSent`]), as a
 /// head too large ([`UpstreamHeadTooLarge`]), or as failed.
@@ -361,6 +369,9 @@ impl<C: Connect + Clone + Send + Sync + 'static> tower::Service<Request<BoxBody>
                 Ok(Err(e)) => return Err(e.into()),
                 Ok(Ok(resp)) => resp,
             };
+            if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                return Err(UnsolicitedUpgrade.into());
+            }
             strip_hop_by_hop(resp.headers_mut());
             // A proxy answers with its own version (RFC 9110 §6.2), not an HTTP/1.0
             // upstream's: hyper then frames the answer for the client's version (chunked
