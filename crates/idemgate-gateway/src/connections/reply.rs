@@ -169,32 +169,35 @@ impl Asked {
     }
 }
 
-/// `response` as a server sends it (what axum's router did at its top level):
-/// - to a `CONNECT`, a successful response has no body, and so no `Content-Length` or
-///   `Transfer-Encoding` (RFC 9110 section 9.3.6): one that has either, or a body, is sent
-///   without its body;
-/// - otherwise a body of exact size gets its `Content-Length` when it has none, and the
-///   response to `HEAD` is sent without its body, its headers kept (RFC 9110 section
-///   9.3.2).
+/// `response` as a server sends it (what axum's router did at its top level, and what it
+/// got wrong for a proxy's answers):
+/// - to a `CONNECT`, a successful response has no body and no `Content-Length` or
+///   `Transfer-Encoding` (RFC 9110 section 9.3.6): they are dropped (hyper sent nothing at
+///   all for one that kept its `Content-Length`);
+/// - to a `HEAD`, the body is dropped and its headers kept (RFC 9110 section 9.3.2); a
+///   `Content-Length` is never made up from the body, which for an upstream's answer to
+///   `HEAD` is empty whatever the resource's size;
+/// - otherwise a body of exact size gets its `Content-Length` when it has none.
 pub(super) fn top_level(mut response: Response<Body>, method: Asked) -> Response<Body> {
-    if method == Asked::Connect && response.status().is_success() {
-        let headers = response.headers();
-        let framed =
-            headers.contains_key(CONTENT_LENGTH) || headers.contains_key(TRANSFER_ENCODING);
-        if framed || response.body().size_hint().lower() != 0 {
-            tracing::error!("response to CONNECT with a body; sent without it");
+    match method {
+        Asked::Connect if response.status().is_success() => {
+            let headers = response.headers_mut();
+            let framed = headers.remove(CONTENT_LENGTH).is_some();
+            let framed = headers.remove(TRANSFER_ENCODING).is_some() || framed;
+            if framed || response.body().size_hint().lower() != 0 {
+                tracing::warn!("a successful answer to CONNECT had a body; sent without it");
+            }
             *response.body_mut() = Body::empty();
         }
-        return response;
-    }
-    if !response.headers().contains_key(CONTENT_LENGTH) {
-        if let Some(size) = response.body().size_hint().exact() {
-            let length = HeaderValue::from(size);
-            response.headers_mut().insert(CONTENT_LENGTH, length);
+        Asked::Head => *response.body_mut() = Body::empty(),
+        Asked::Connect | Asked::Other => {
+            if !response.headers().contains_key(CONTENT_LENGTH) {
+                if let Some(size) = response.body().size_hint().exact() {
+                    let length = HeaderValue::from(size);
+                    response.headers_mut().insert(CONTENT_LENGTH, length);
+                }
+            }
         }
-    }
-    if method == Asked::Head {
-        *response.body_mut() = Body::empty();
     }
     response
 }

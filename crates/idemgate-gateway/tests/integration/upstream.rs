@@ -2,6 +2,8 @@
 //! an HTTP/1.0 upstream), answers sent before the request body was read (`413`), and
 //! clients speaking HTTP/2 to the HTTP/1.1 upstream, over real sockets.
 
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -299,13 +301,16 @@ async fn a_head_gets_the_upstreams_length_and_no_body() {
     gw.stop().await;
 }
 
-/// An upstream speaking HTTP/1.0: every request answered `200` with a body delimited by
-/// closing the connection.
-async fn http10_upstream() -> String {
+/// An upstream that counts the requests it reads and answers each with `answer`, then
+/// closes the connection.
+async fn raw_upstream(answer: &'static str) -> (String, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
     tokio::spawn(async move {
         while let Ok((mut tcp, _)) = listener.accept().await {
+            let counted = counted.clone();
             tokio::spawn(async move {
                 let mut head = Vec::new();
                 let mut byte = [0u8; 1];
@@ -320,19 +325,20 @@ async fn http10_upstream() -> String {
                     .map_or(0, |n| n.trim().parse::<usize>().unwrap());
                 let mut body = vec![0u8; length];
                 tcp.read_exact(&mut body).await.unwrap();
-                let answer = "HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\nhello from 1.0";
+                counted.fetch_add(1, SeqCst);
                 let _ = tcp.write_all(answer.as_bytes()).await;
             });
         }
     });
-    base
+    (base, count)
 }
 
 /// The gateway answers with its own version (RFC 9110 §6.2): an HTTP/1.1 client of an
 /// HTTP/1.0 upstream gets an HTTP/1.1 answer, first and replayed alike.
 #[tokio::test]
 async fn an_http10_upstream_is_answered_as_http11() {
-    let up = http10_upstream().await;
+    let answer = "HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\nhello from 1.0";
+    let (up, _) = raw_upstream(answer).await;
     let gw = gateway(&up, "memory://", |_| {}).await;
     let get = raw_request(&gw.base, "GET", "/orders").await;
     assert!(get.starts_with("HTTP/1.1 200 OK\r\n"), "{get}");
@@ -344,5 +350,38 @@ async fn an_http10_upstream_is_answered_as_http11() {
     assert!(retry.starts_with("HTTP/1.1 200 OK\r\n"), "{retry}");
     assert!(retry.contains("idempotent-replayed: true"), "{retry}");
     assert!(retry.ends_with("hello from 1.0"), "{retry}");
+    gw.stop().await;
+}
+
+/// A `101` the request did not ask for (the gateway strips `Upgrade`) came after the
+/// operation had the request: `502`, and the key is failed, never run again. It released
+/// the key, and every retry ran the operation again.
+#[tokio::test]
+async fn an_unsolicited_101_fails_the_key_and_never_runs_again() {
+    let answer = "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: x\r\n\r\n";
+    let (up, runs) = raw_upstream(answer).await;
+    let gw = gateway(&up, "memory://", |_| {}).await;
+    let k = key();
+    let first = raw_post(&gw.base, "/payments", &k).await;
+    assert!(first.starts_with("HTTP/1.1 502 "), "{first}");
+    for _ in 0..3 {
+        let retry = raw_post(&gw.base, "/payments", &k).await;
+        assert!(!retry.starts_with("HTTP/1.1 101"), "{retry}");
+        assert!(retry.contains("previous-attempt-failed"), "{retry}");
+    }
+    assert_eq!(runs.load(SeqCst), 1);
+    gw.stop().await;
+}
+
+/// A `2xx` to `CONNECT` carries no framing (RFC 9110 §9.3.6): with the upstream's
+/// `Content-Length` kept, hyper sent the client nothing at all.
+#[tokio::test]
+async fn a_successful_connect_reaches_the_client_without_framing() {
+    let (up, _) = raw_upstream("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+    let gw = gateway(&up, "memory://", |_| {}).await;
+    let answer = raw_request(&gw.base, "CONNECT", "example.com:443").await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer:?}");
+    assert!(!answer.contains("content-length"), "{answer}");
+    assert!(!answer.contains("transfer-encoding"), "{answer}");
     gw.stop().await;
 }

@@ -52,23 +52,33 @@ async fn a_body_of_exact_size_gets_its_length_and_a_stated_one_is_kept() {
 }
 
 #[tokio::test]
-async fn a_head_answer_keeps_its_length_and_loses_its_body() {
-    let head = top_level(answer(200, Body::from("hello")), Asked::Head);
-    assert_eq!(head.headers()[CONTENT_LENGTH], "5");
+async fn a_head_answer_keeps_its_headers_loses_its_body_and_gets_no_made_up_length() {
+    let mut stated = answer(200, Body::from("hello"));
+    stated.headers_mut().insert(CONTENT_LENGTH, 115.into());
+    let head = top_level(stated, Asked::Head);
+    assert_eq!(head.headers()[CONTENT_LENGTH], "115");
     assert_eq!(text(head).await, "");
+    // An upstream's answer to HEAD has an empty body, whatever the resource's size.
+    for body in [Body::empty(), streamed()] {
+        let head = top_level(answer(200, body), Asked::Head);
+        assert!(!head.headers().contains_key(CONTENT_LENGTH), "{head:?}");
+        assert_eq!(text(head).await, "");
+    }
 }
 
 #[tokio::test]
-async fn a_successful_connect_is_answered_without_a_body() {
+async fn a_successful_connect_is_answered_without_a_body_or_its_framing() {
     let tunnel = top_level(answer(200, Body::from("hello")), Asked::Connect);
     assert!(!tunnel.headers().contains_key(CONTENT_LENGTH));
     assert_eq!(text(tunnel).await, "");
-    let mut framed = answer(200, Body::empty());
-    framed
-        .headers_mut()
-        .insert(TRANSFER_ENCODING, "chunked".parse().unwrap());
-    let framed = top_level(framed, Asked::Connect);
-    assert!(!framed.headers().contains_key(CONTENT_LENGTH));
+    for (name, value) in [(CONTENT_LENGTH, "0"), (TRANSFER_ENCODING, "chunked")] {
+        let mut framed = answer(204, Body::empty());
+        framed
+            .headers_mut()
+            .insert(name.clone(), value.parse().unwrap());
+        let framed = top_level(framed, Asked::Connect);
+        assert!(!framed.headers().contains_key(name), "{framed:?}");
+    }
     // A refusal is an ordinary answer: its body and length stay.
     let refused = top_level(answer(407, Body::from("who?")), Asked::Connect);
     assert_eq!(refused.headers()[CONTENT_LENGTH], "4");
